@@ -1,0 +1,40 @@
+# The two commands: `make run` (set up, run the main job on the embedded default,
+# serve the UI) and `make test` (lint, type check, the whole suite).
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+
+.PHONY: run test setup lint typecheck pytest
+
+$(STAMP): requirements.txt pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q -r requirements.txt
+	$(BIN)/pip install -q --no-deps -e .
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+run: $(STAMP)
+	env -u DATABASE_URL -u CELERY_BROKER_URL $(BIN)/python manage.py migrate --no-input -v 0
+	env -u DATABASE_URL -u CELERY_BROKER_URL $(BIN)/python manage.py demo
+	env -u DATABASE_URL -u CELERY_BROKER_URL $(BIN)/python manage.py runserver 127.0.0.1:8000 --noreload
+
+# The suite runs on the production shape: PostgreSQL and Redis on 127.0.0.1.
+test: export DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/crcr
+test: export CELERY_BROKER_URL ?= redis://127.0.0.1:6379/15
+test: export DEBUG ?= true
+# Workers close their connections after each task, so the test database can be dropped.
+test: export DATABASE_CONN_MAX_AGE ?= 0
+test: $(STAMP) lint typecheck pytest
+
+lint:
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck:
+	$(BIN)/mypy
+
+pytest:
+	$(BIN)/pytest

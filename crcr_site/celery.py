@@ -1,0 +1,28 @@
+"""The Celery app: three queues, routing by task, and the beat schedule."""
+
+import os
+
+from celery import Celery
+from kombu import Queue
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "crcr_site.settings")
+
+app = Celery("crcr")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+
+# default: intake, planning, ingestion, bundles; device: shard execution on the
+# accelerator host; relay: HUD callbacks, so a slow relay never blocks a shard.
+app.conf.task_queues = (Queue("default"), Queue("device"), Queue("relay"))
+app.conf.task_default_queue = "default"
+app.conf.task_routes = {
+    "runs.tasks.execute_shard": {"queue": "device"},
+    "reproducibility.tasks.capture_environment": {"queue": "device"},
+    "runs.tasks.deliver_callback": {"queue": "relay"},
+}
+# A task is acknowledged only after it finished, so a worker killed mid-task
+# leaves the message on the broker for another worker (no lost shard).
+app.conf.task_acks_late = True
+app.conf.task_reject_on_worker_lost = True
+app.conf.worker_prefetch_multiplier = 1
+app.conf.broker_connection_retry_on_startup = True
+app.autodiscover_tasks()

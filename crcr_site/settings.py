@@ -1,0 +1,188 @@
+"""crcr settings, read from the environment.
+
+With no environment at all this is the embedded default a newcomer runs:
+SQLite and file storage under ``var/``, Celery tasks executed eagerly in-process,
+the reference device and the bundled upstream-style test tree. Production sets
+``DATABASE_URL`` (PostgreSQL), ``CELERY_BROKER_URL`` (Redis or RabbitMQ),
+``SECRET_KEY_FILE``, ``ALLOWED_HOSTS`` and ``CRCR_STORAGE_ROOT``. Every variable
+is listed in the README.
+"""
+
+from pathlib import Path
+
+from celery.schedules import crontab
+from django.core.exceptions import ImproperlyConfigured
+
+from crcr_site.lib.env import (
+    env_bool,
+    env_database,
+    env_file_text,
+    env_int,
+    env_list,
+    env_path,
+    env_str,
+    env_url,
+)
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = env_path("CRCR_VAR_DIR", BASE_DIR / "var")
+
+DEVELOPMENT_SECRET_KEY = "crcr-development-key-never-use-in-production"
+# The embedded default (no DATABASE_URL) is a developer's machine, so DEBUG
+# defaults on there and off for any deployment that names its database.
+EMBEDDED = env_str("DATABASE_URL") is None
+DEBUG = env_bool("DEBUG", default=EMBEDDED)
+SECRET_KEY = env_file_text("SECRET_KEY_FILE") or DEVELOPMENT_SECRET_KEY
+
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "testserver"])
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+# Absolute base of links crcr sends out (HUD callbacks, bundles).
+CRCR_PUBLIC_URL = env_url("CRCR_PUBLIC_URL", "http://127.0.0.1:8000", ("http", "https"))
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "whitenoise.runserver_nostatic",
+    "django.contrib.staticfiles",
+    "django_htmx",
+    "template_partials",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "drf_spectacular",
+    "selection",
+    "runs",
+    "reproducibility",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "crcr_site.urls"
+WSGI_APPLICATION = "crcr_site.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+                "crcr_site.lib.access.roles",
+            ],
+        },
+    },
+]
+
+if EMBEDDED:
+    VAR_DIR.mkdir(parents=True, exist_ok=True)
+DATABASES = {
+    "default": env_database(
+        "DATABASE_URL",
+        default={"ENGINE": "django.db.backends.sqlite3", "NAME": VAR_DIR / "crcr.sqlite3"},
+        conn_max_age=env_int("DATABASE_CONN_MAX_AGE", 60, minimum=0),
+    )
+}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "runs:hud"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = env_path("CRCR_STATIC_ROOT", VAR_DIR / "staticfiles")
+# Development and tests serve static files straight from the finders.
+WHITENOISE_USE_FINDERS = DEBUG
+
+# Artifacts, bundles and reports: the file system by default, any Django storage
+# backend (an S3-compatible one in production) through CRCR_STORAGE_BACKEND.
+MEDIA_ROOT = env_path("CRCR_STORAGE_ROOT", VAR_DIR / "storage")
+STORAGES = {
+    "default": {
+        "BACKEND": env_str("CRCR_STORAGE_BACKEND", "django.core.files.storage.FileSystemStorage"),
+    },
+    "staticfiles": {
+        "BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"
+        if DEBUG
+        else "whitenoise.storage.CompressedManifestStaticFilesStorage",
+    },
+}
+
+if not DEBUG:
+    SESSION_COOKIE_SECURE = env_bool("SECURE_COOKIES", default=True)
+    CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": ["rest_framework.authentication.TokenAuthentication"],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "PAGE_SIZE": 100,
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "crcr API",
+    "DESCRIPTION": "Machine API of crcr: dispatch intake, worker results, relay status, bundles.",
+    "VERSION": "1",
+}
+
+# Celery: without a broker, tasks run eagerly in-process (the embedded default).
+CELERY_BROKER_URL = env_url("CELERY_BROKER_URL", None, ("redis", "rediss", "amqp", "amqps"))
+CELERY_TASK_ALWAYS_EAGER = CELERY_BROKER_URL is None
+CELERY_TASK_EAGER_PROPAGATES = True
+CELERY_RESULT_BACKEND = env_url(
+    "CELERY_RESULT_BACKEND", None, ("redis", "rediss", "django-db", "rpc")
+)
+CRCR_NIGHTLY_HOUR = env_int("CRCR_NIGHTLY_HOUR", 3, minimum=0)
+if CRCR_NIGHTLY_HOUR > 23:
+    raise ImproperlyConfigured(f"CRCR_NIGHTLY_HOUR={CRCR_NIGHTLY_HOUR} is not an hour (0-23)")
+CELERY_BEAT_SCHEDULE = {
+    "nightly-run": {
+        "task": "runs.tasks.trigger_nightly",
+        "schedule": crontab(hour=CRCR_NIGHTLY_HOUR, minute=0),
+    },
+}
+
+# The device: the Python module that registers the privateuse1 backend.
+CRCR_DEVICE_MODULE: str = env_str("CRCR_DEVICE_MODULE", "selection.reuse.reference_device")
+# A PyTorch checkout (its test/ tree); unset means the bundled upstream-style tree.
+CRCR_TORCH_ROOT = env_path("TORCH_ROOT", BASE_DIR / "tests" / "upstream")
+CRCR_MAX_SHARD_SECONDS = env_int("CRCR_MAX_SHARD_SECONDS", 1800, minimum=1)
+CRCR_DISPATCH_MAX_BYTES = env_int("CRCR_DISPATCH_MAX_BYTES", 256 * 1024, minimum=1024)
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+}
+
+# Checked last, so that a malformed variable above is reported by name first.
+if not DEBUG and SECRET_KEY == DEVELOPMENT_SECRET_KEY:
+    raise ImproperlyConfigured(
+        "DEBUG is off but SECRET_KEY_FILE is not set, so the development secret key "
+        "would sign sessions: set SECRET_KEY_FILE to a file holding a secret key "
+        "(or DEBUG=true on a development machine)"
+    )

@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class ReproducibilityConfig(AppConfig):
+    name = "reproducibility"
+    verbose_name = "Reproducibility"

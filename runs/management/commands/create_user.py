@@ -1,0 +1,31 @@
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
+from django.core.management.base import BaseCommand, CommandError
+from rest_framework.authtoken.models import Token
+
+from crcr_site.lib.access import ADMIN, ROLES
+
+
+class Command(BaseCommand):
+    help = "Create (or update) a user with a role: viewer, reviewer or admin."
+
+    def add_arguments(self, parser):
+        parser.add_argument("username")
+        parser.add_argument("--role", choices=ROLES, required=True)
+        parser.add_argument("--password", help="omit to create a token-only machine user")
+        parser.add_argument("--token", action="store_true", help="print an API token")
+
+    def handle(self, *args, username, role, password, token, **options):
+        if not username.strip():
+            raise CommandError("username must not be empty")
+        user, created = get_user_model().objects.get_or_create(username=username)
+        if password:
+            user.set_password(password)
+        elif created:
+            user.set_unusable_password()
+        user.is_staff = user.is_superuser = role == ADMIN
+        user.save()
+        user.groups.set([Group.objects.get_or_create(name=role)[0]])
+        self.stdout.write(f"{'created' if created else 'updated'} {username} as {role}")
+        if token:
+            self.stdout.write(f"token: {Token.objects.get_or_create(user=user)[0].key}")

@@ -1,0 +1,51 @@
+from django.contrib import admin
+
+from selection import models
+
+
+@admin.register(models.InventorySnapshot)
+class InventorySnapshotAdmin(admin.ModelAdmin):
+    list_display = ["pytorch_sha", "root", "created_at"]
+
+
+@admin.register(models.TestFile)
+class TestFileAdmin(admin.ModelAdmin):
+    list_display = ["path", "snapshot", "content_hash"]
+    search_fields = ["path"]
+
+
+@admin.register(models.UpstreamTest)
+class UpstreamTestAdmin(admin.ModelAdmin):
+    list_display = ["class_name", "test_name", "file"]
+    search_fields = ["test_name", "class_name"]
+
+
+@admin.register(models.OpUsage)
+class OpUsageAdmin(admin.ModelAdmin):
+    list_display = ["op", "class_name", "test_name", "source", "is_helper"]
+    list_filter = ["source", "is_helper"]
+    search_fields = ["op", "test_name"]
+
+
+@admin.register(models.ConfigVersion)
+class ConfigVersionAdmin(admin.ModelAdmin):
+    list_display = ["backend", "number", "sha256", "created_at"]
+
+
+class ConfigApprovalInline(admin.TabularInline):
+    model = models.ConfigApproval
+    extra = 0
+
+
+@admin.register(models.ConfigChange)
+class ConfigChangeAdmin(admin.ModelAdmin):
+    list_display = ["title", "backend", "status", "created_at"]
+    list_filter = ["status"]
+    inlines = [ConfigApprovalInline]
+
+
+@admin.register(models.Proposal)
+class ProposalAdmin(admin.ModelAdmin):
+    list_display = ["class_name", "test_name", "mode", "stage", "status"]
+    list_filter = ["mode", "stage", "status"]
+    search_fields = ["test_name", "file_path", "reason"]

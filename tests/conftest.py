@@ -1,0 +1,77 @@
+"""Shared fixtures: a real Celery worker on the configured broker, a real Chromium."""
+
+import os
+import shutil
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+# Playwright's sync API runs an event loop in the test thread; Django's ORM calls
+# made by the test around it are still synchronous and safe.
+os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+
+CHROMIUM = "/usr/bin/chromium"
+
+
+@pytest.fixture(scope="session")
+def celery_worker_session(django_db_setup: Any, django_db_blocker: Any) -> Iterator[Any]:
+    """One in-process Celery worker for the whole session, consuming every queue."""
+    from celery.contrib.testing.worker import start_worker
+    from django.conf import settings
+
+    from crcr_site.celery import app
+
+    if not settings.CELERY_BROKER_URL:
+        pytest.fail("CELERY_BROKER_URL is not set: the suite needs a real broker (see README)")
+    with (
+        django_db_blocker.unblock(),
+        start_worker(
+            app, pool="threads", concurrency=2, perform_ping_check=False, shutdown_timeout=30
+        ) as worker,
+    ):
+        yield worker
+
+
+@pytest.fixture
+def celery_worker(celery_worker_session: Any, transactional_db: Any) -> Any:
+    """The session worker, with a database whose commits the worker's thread can see."""
+    return celery_worker_session
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Any]:
+    """Headless Debian Chromium driven by Playwright (no browser download)."""
+    from playwright.sync_api import sync_playwright
+
+    if not shutil.which(CHROMIUM):
+        pytest.fail(f"{CHROMIUM} is missing: install Debian's chromium package")
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(
+            executable_path=CHROMIUM,
+            headless=True,
+            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"],
+        )
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture
+def page(browser: Any, live_server: Any) -> Iterator[Any]:
+    context = browser.new_context(base_url=live_server.url)
+    page = context.new_page()
+    yield page
+    context.close()
+
+
+def pytest_report_header(config: Any) -> list[str]:
+    """Say which real services this run uses, so a CI log shows it."""
+    from django.conf import settings
+
+    database = settings.DATABASES["default"]
+    return [
+        f"crcr database: {database['ENGINE'].rsplit('.', 1)[-1]} "
+        f"{database.get('HOST') or ''} {database['NAME']}",
+        f"crcr broker: {settings.CELERY_BROKER_URL or 'none (eager tasks)'}",
+        f"crcr browser: {CHROMIUM}",
+    ]
