@@ -117,7 +117,7 @@ def parse_rules(data: Any, source: str = "rules") -> tuple[Rule, ...]:
         if name in {rule.name for rule in rules}:
             raise ValueError(f"{where}: the name is used twice")
         try:
-            category = Category(entry.get("category"))
+            category = Category(str(entry.get("category")))
         except ValueError:
             raise ValueError(f"{where}: unknown category {entry.get('category')!r}") from None
         if category is Category.OTHER:
