@@ -27,6 +27,7 @@ import json
 import math
 import os
 import statistics
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -35,9 +36,12 @@ from typing import NamedTuple
 
 DEFAULT_MAX_SHARD_SECONDS = 1800.0
 DEFAULT_TEST_SECONDS = 1.0
-# Refinement stops once the longest shard is this close to the lower bound: the
-# estimates themselves are far noisier than 0.1 %.
+# Refinement stops once the longest shard is this close to the lower bound (the
+# estimates themselves are far noisier than 0.1 %), after 2 moves per shard, or
+# when none of the REFINE_PARTNERS shortest shards can take work from the longest
+# (looking further costs quadratic time for little gain).
 REFINE_TOLERANCE = 1e-3
+REFINE_PARTNERS = 16
 _EPS = 1e-9
 
 
@@ -351,15 +355,16 @@ def lower_bound(durations: Sequence[float], shards: int) -> float:
     return max(sum(durations) / shards, max(durations, default=0.0))
 
 
-def balance(durations: Sequence[float], shards: int) -> list[list[int]]:
+def balance(durations: Sequence[float], shards: int, good_enough: float = 0.0) -> list[list[int]]:
     """Assign item indices to `shards` bins, minimising the longest bin.
 
     1. LPT: items by decreasing duration (ties by index), each onto the least
        loaded bin (ties by bin number).
-    2. Local search: while the longest bin is above the lower bound, find the best
-       move of one of its items, or swap with a shorter item, into another bin
-       that leaves both bins below the old longest; stop when none exists. Each
-       step strictly shrinks the sorted load vector, so it never ends worse than LPT.
+    2. Local search, while the longest bin is above `good_enough` and the lower
+       bound: take the best move of one of its items, or swap with a shorter item,
+       into one of the shortest bins that leaves both below the old longest; stop
+       when none exists. Each step strictly shrinks the sorted load vector, so the
+       result is never worse than LPT's.
     """
     if shards < 1:
         raise ValueError("need at least one shard")
@@ -370,17 +375,18 @@ def balance(durations: Sequence[float], shards: int) -> list[list[int]]:
         bins[b].append(index)
         heapq.heappush(heap, (load + durations[index], b))
     if durations:
-        _refine(durations, bins, lower_bound(durations, shards))
+        target = max(good_enough, lower_bound(durations, shards) * (1 + REFINE_TOLERANCE))
+        _refine(durations, bins, target)
     return bins
 
 
-def _refine(durations: Sequence[float], bins: list[list[int]], bound: float) -> None:
+def _refine(durations: Sequence[float], bins: list[list[int]], target: float) -> None:
     loads = [sum(durations[i] for i in b) for b in bins]
     # Each bin as a sorted list of (duration, index), for bisecting.
     ordered = [sorted((durations[i], i) for i in b) for b in bins]
-    for _ in range(8 * len(bins) + 64):
+    for _ in range(2 * len(bins) + 64):
         top = max(range(len(bins)), key=lambda b: (loads[b], -b))
-        if loads[top] <= bound * (1 + REFINE_TOLERANCE):
+        if loads[top] <= target:
             return
         step = _best_step(ordered, loads, top)
         if step is None:
@@ -404,7 +410,7 @@ def _best_step(
     ordered: list[list[Entry]], loads: list[float], top: int
 ) -> tuple[int, Entry, Entry | None] | None:
     """The move or swap out of bin `top` that best evens it with a shorter bin."""
-    for other in sorted(range(len(loads)), key=lambda b: loads[b]):
+    for other in heapq.nsmallest(REFINE_PARTNERS, range(len(loads)), key=loads.__getitem__):
         gap = loads[top] - loads[other]
         if gap <= _EPS:
             return None  # bins are visited shortest first: no later one has room
@@ -432,29 +438,55 @@ def _best_step(
 
 
 def _fewest_shards(durations: Sequence[float], cap: float) -> list[list[int]]:
-    """Balance onto the fewest shards whose longest stays within `cap`."""
-    shards = max(1, math.ceil(sum(durations) / cap - _EPS))
-    while True:
-        bins = balance(durations, shards)
+    """Balance onto the fewest shards whose longest stays within `cap` (every
+    duration fits the cap).
+
+    1. Start from a lower bound: total / cap, and one shard per item longer than
+       half the cap (no two of those fit together).
+    2. Grow the count in doubling steps until the balanced plan fits, then
+       bisect between the last count that did not fit and the first that did.
+    """
+
+    def attempt(shards: int) -> list[list[int]] | None:
+        bins = balance(durations, shards, good_enough=cap)
         longest = max(sum(durations[i] for i in b) for b in bins)
-        if longest <= cap * (1 + _EPS) or shards >= len(durations):
-            return bins
-        shards += 1
+        return bins if longest <= cap * (1 + _EPS) else None
+
+    most = len(durations)  # one item per shard always fits
+    low = min(
+        most,
+        max(1, math.ceil(sum(durations) / cap - _EPS), sum(d > cap / 2 for d in durations)),
+    )
+    if found := attempt(low):
+        return found
+    step, high = 1, low
+    while found is None:
+        low, high = high, min(high + step, most)
+        found = attempt(high) if high < most else balance(durations, most)
+        step *= 2
+    while high - low > 1:
+        middle = (low + high) // 2
+        if fits := attempt(middle):
+            high, found = middle, fits
+        else:
+            low = middle
+    return found
 
 
 def _apportion(groups: Mapping[str, list[float]], shard_count: int) -> dict[str, int]:
-    """Share a fixed shard count between groups, each next shard to the group whose
-    lower bound is highest and can still drop."""
+    """Share a fixed shard count between groups: each next shard goes to the group
+    with the highest lower bound (then the highest mean load) that has a piece to
+    spare for it."""
     counts = dict.fromkeys(groups, 1)
     for _ in range(shard_count - len(groups)):
         candidates = [
-            (lower_bound(d, counts[g]), g)
+            (lower_bound(d, counts[g]), sum(d) / counts[g], g)
             for g, d in groups.items()
-            if counts[g] < len(d) and sum(d) / counts[g] > max(d)
+            if counts[g] < len(d)
         ]
         if not candidates:
             break
-        counts[max(candidates)[1]] += 1
+        counts[max(candidates)[2]] += 1
     return counts
 
 
@@ -476,27 +508,25 @@ def plan_shards(
     """Plan the shards of a run.
 
     With `shard_count` the tests go onto at most that many shards (empty ones are
-    dropped); otherwise onto the fewest shards within `max_shard_seconds`. A piece
-    longer than the cap (a long serial file) gets a shard of its own, flagged
-    `over_cap`. With `isolate_groups` each shard holds one group; when a fixed count
-    is smaller than the number of groups, the groups share shards.
+    dropped) and the cap is not used; otherwise onto the fewest shards within
+    `max_shard_seconds`, where a piece longer than the cap (a long serial file)
+    gets a shard of its own, flagged `over_cap`. With `isolate_groups` each shard
+    holds one group; when a fixed count is below the number of groups, they share.
     """
-    if shard_count is None and (max_shard_seconds is None or max_shard_seconds <= 0):
+    cap = None if shard_count is not None else max_shard_seconds
+    if shard_count is None and (cap is None or cap <= 0):
         raise ValueError("give a positive max_shard_seconds or a shard_count")
     if shard_count is not None and shard_count < 1:
         raise ValueError("shard_count must be at least 1")
-    seen: set[str] = set()
-    for item in items:
-        if item.test_id in seen:
-            raise ValueError(f"test id {item.test_id!r} is listed twice")
-        seen.add(item.test_id)
+    if len({item.test_id for item in items}) != len(items):
+        twice = Counter(item.test_id for item in items).most_common(1)[0][0]
+        raise ValueError(f"test id {twice!r} is listed twice")
 
     buckets = _buckets(items)
     estimates = _estimate(buckets, history, seeds, default_seconds)
-    total = sum(e.seconds for e in estimates.values())
     if piece_seconds is None:
-        reference = total / shard_count if shard_count else float(max_shard_seconds or 0)
-        piece_seconds = max(reference / 6, _EPS)
+        total = sum(e.seconds for e in estimates.values())
+        piece_seconds = max((total / shard_count if shard_count else float(cap or 0)) / 6, _EPS)
     pieces = _cut_pieces(buckets, estimates, {file_key(f) for f in serial_files}, piece_seconds)
     notes: list[str] = []
     if shard_count is not None and isolate_groups and shard_count < len(pieces):
@@ -504,33 +534,33 @@ def plan_shards(
         isolate_groups = False
     if not isolate_groups:
         pieces = {"*": [p for group in pieces.values() for p in group]}
+    counts: dict[str, int] = {}
+    if shard_count is not None:
+        counts = _apportion({g: [p.seconds for p in ps] for g, ps in pieces.items()}, shard_count)
 
-    counts = (
-        _apportion({g: [p.seconds for p in ps] for g, ps in pieces.items()}, shard_count)
-        if shard_count is not None
-        else {}
-    )
-    shards: list[Shard] = []
-    for group, group_pieces in pieces.items():
-        bins = _balance_group(group_pieces, counts.get(group), max_shard_seconds)
-        for members in bins:
-            chosen = sorted((group_pieces[i] for i in members), key=lambda p: p.order)
-            seconds = sum(p.seconds for p in chosen)
-            shards.append(
-                Shard(
-                    index=0,
-                    groups=tuple(dict.fromkeys(p.group for p in chosen)),
-                    test_ids=[test_id for p in chosen for test_id in p.test_ids],
-                    seconds=seconds,
-                    over_cap=max_shard_seconds is not None and seconds > max_shard_seconds,
-                )
-            )
+    shards = [
+        _shard(group_pieces, members, cap)
+        for group, group_pieces in pieces.items()
+        for members in _balance_group(group_pieces, counts.get(group), cap)
+    ]
     shards.sort(key=lambda s: (s.groups, -s.seconds))
     for index, shard in enumerate(shards):
         shard.index = index
     if any(s.over_cap for s in shards):
-        notes.append("some shards exceed the cap: they hold a single indivisible piece")
-    return ShardPlan(shards, estimates, max_shard_seconds, shard_count, notes)
+        notes.append("some shards exceed the cap: each holds one indivisible piece")
+    return ShardPlan(shards, estimates, cap, shard_count, notes)
+
+
+def _shard(pieces: Sequence[_Piece], members: Iterable[int], cap: float | None) -> Shard:
+    chosen = sorted((pieces[i] for i in members), key=lambda p: p.order)
+    seconds = sum(p.seconds for p in chosen)
+    return Shard(
+        index=0,
+        groups=tuple(dict.fromkeys(p.group for p in chosen)),
+        test_ids=[test_id for p in chosen for test_id in p.test_ids],
+        seconds=seconds,
+        over_cap=cap is not None and seconds > cap,
+    )
 
 
 def _balance_group(

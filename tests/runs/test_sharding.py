@@ -105,6 +105,39 @@ def test_a_serial_file_longer_than_the_cap_gets_a_shard_of_its_own_flagged_over_
     assert plan.notes
 
 
+def test_files_longer_than_half_the_cap_each_open_a_shard_the_small_tests_fill():
+    items = make_items({f"test/test_big_{n}.py": 1 for n in range(5)})
+    items += make_items({"test/test_small.py": 20})
+    history = {item.test_id: (60.0 if "big" in item.test_id else 10.0) for item in items}
+    serial = [f"test/test_big_{n}.py" for n in range(5)]
+
+    plan = plan_shards(items, history, max_shard_seconds=100, serial_files=serial)
+
+    assert len(plan.shards) == 5
+    assert all(shard.seconds <= 100 for shard in plan.shards)
+
+
+def test_a_fixed_shard_count_spreads_over_every_shard_that_helps():
+    # On 3 shards the best is 11 s (10 | 9+2 | 9); the fourth shard brings it to 10 s.
+    seconds = {"test_a": 10.0, "test_b": 9.0, "test_c": 9.0, "test_d": 2.0}
+    items = [TestItem(name, f"test/{name}.py") for name in seconds]
+
+    plan = plan_shards(items, seconds, shard_count=4, isolate_groups=False)
+
+    assert len(plan.shards) == 4
+    assert plan.makespan == 10.0
+
+
+def test_a_fixed_shard_count_ignores_the_cap():
+    items = make_items({"test/test_torch.py": 10})
+
+    plan = plan_shards(items, {item.test_id: 600.0 for item in items}, shard_count=2)
+
+    assert plan.max_shard_seconds is None
+    assert [shard.seconds for shard in plan.shards] == [3000.0, 3000.0]
+    assert not any(shard.over_cap for shard in plan.shards) and not plan.notes
+
+
 def test_a_fixed_shard_count_is_an_upper_bound_and_empty_shards_are_dropped():
     items = make_items({"test/test_torch.py": 3})
     history = {item.test_id: 5.0 for item in items}
