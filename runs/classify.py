@@ -325,6 +325,7 @@ class DisabledTests:
         self.devices = {d.upper(): d for d in (*UPSTREAM_DEVICES, backend)}
         # Class names flip between …PRIVATEUSE1 and …PRIVATEUSEONE (DESIGN §3).
         self.devices["PRIVATEUSE1"] = backend
+        self.suffixes = sorted(self.devices, key=len, reverse=True)  # longest first
         self.exact: dict[tuple[str, str], DisabledTest] = {}
         self.generic: dict[tuple[str, str], DisabledTest] = {}
         for entry in entries:
@@ -339,7 +340,7 @@ class DisabledTests:
 
     def generic_key(self, test: str, test_class: str) -> tuple[str, str] | None:
         """(generic test, generic class) for a device-generated test, else None."""
-        for suffix in sorted(self.devices, key=len, reverse=True):
+        for suffix in self.suffixes:
             if test_class.endswith(suffix) and len(test_class) > len(suffix):
                 device = self.devices[suffix]
                 # The device goes after the test name, before dtype or other suffixes.
