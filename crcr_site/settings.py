@@ -169,6 +169,18 @@ CELERY_BEAT_SCHEDULE = {
 CRCR_DEVICE_MODULE: str = env_str("CRCR_DEVICE_MODULE", "selection.reuse.reference_device")
 # A PyTorch checkout (its test/ tree); unset means the bundled upstream-style tree.
 CRCR_TORCH_ROOT = env_path("TORCH_ROOT", BASE_DIR / "tests" / "upstream")
+# Upstream PyTorch: `git:<path to a clone>` or `github:<owner/name>`. The embedded
+# default is a small local repository the demo creates.
+CRCR_UPSTREAM = env_str("CRCR_UPSTREAM", f"git:{VAR_DIR / 'upstream'}")
+if not CRCR_UPSTREAM.startswith(("git:", "github:")):
+    raise ImproperlyConfigured(
+        f"CRCR_UPSTREAM={CRCR_UPSTREAM!r} must be git:<path> or github:<owner/name>"
+    )
+CRCR_GITHUB_TOKEN = env_file_text("GITHUB_TOKEN_FILE")
+CRCR_GITHUB_API_URL = env_url("CRCR_GITHUB_API_URL", "https://api.github.com", ("http", "https"))
+# A shell command that writes the combination's wheels into $CRCR_OUTPUT_DIR;
+# unset registers the installed torch and the backend module's source.
+CRCR_BUILD_COMMAND = env_str("CRCR_BUILD_COMMAND")
 CRCR_MAX_SHARD_SECONDS = env_int("CRCR_MAX_SHARD_SECONDS", 1800, minimum=1)
 CRCR_DISPATCH_MAX_BYTES = env_int("CRCR_DISPATCH_MAX_BYTES", 256 * 1024, minimum=1024)
 

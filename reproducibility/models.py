@@ -53,7 +53,7 @@ class Bundle(models.Model):
 
     uuid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
     run = models.ForeignKey("runs.Run", on_delete=models.CASCADE, related_name="bundles")
-    file = models.FileField(upload_to="bundles/", blank=True)
+    file = models.FileField(upload_to="bundles/", blank=True, max_length=500)
     sha256 = models.CharField(max_length=64, blank=True)
     size = models.BigIntegerField(default=0)
     manifest = models.JSONField(default=dict)

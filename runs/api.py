@@ -1,11 +1,102 @@
-"""Machine API of the runs app (token-authenticated)."""
+"""Machine API of the runs app: dispatch intake, GitHub webhooks, runs."""
 
-from rest_framework import generics
+from typing import Any
+
+from django.shortcuts import get_object_or_404
+from rest_framework import generics, status
 from rest_framework.authentication import TokenAuthentication
-from rest_framework.permissions import IsAuthenticated
+from rest_framework.permissions import AllowAny, IsAuthenticated
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
 
-from runs.models import Run
-from runs.serializers import RunSerializer
+from runs import dispatch as intake
+from runs.models import Backend, Dispatch, Run
+from runs.serializers import DispatchOutSerializer, RunSerializer
+
+
+class TokenAPIView(APIView):
+    authentication_classes = [TokenAuthentication]
+    permission_classes = [IsAuthenticated]
+
+
+def _answer(received: intake.Received) -> Response:
+    """202 with the dispatch's URL for new work; 200 with the same record for a redelivery."""
+    # A new dispatch has no runs yet: the gate has not seen it.
+    context: dict[str, list[str]] = {"runs": []} if received.created else {}
+    body = DispatchOutSerializer(received.dispatch, context=context).data
+    code = status.HTTP_202_ACCEPTED if received.created else status.HTTP_200_OK
+    return Response(body, status=code, headers={"Location": body["url"]})
+
+
+def _refuse(error: intake.IntakeError) -> Response:
+    return Response({"error": error.problems[0], "problems": error.problems}, status=error.status)
+
+
+def _backend_for(request: Request) -> Backend:
+    slug = request.query_params.get("backend") or request.headers.get("X-CRCR-Backend")
+    if slug:
+        backend = Backend.objects.filter(slug=slug).first()
+        if backend is None:
+            raise intake.IntakeError(404, [f"no backend named {slug!r}"])
+        return backend
+    backends = list(Backend.objects.all()[:2])
+    if len(backends) != 1:
+        raise intake.IntakeError(
+            400, ["name the backend with ?backend=<slug> or the X-CRCR-Backend header"]
+        )
+    return backends[0]
+
+
+class DispatchIntakeAPI(TokenAPIView):
+    """POST a CRCR client_payload ({event_type, delivery_id, payload}) as forwarded."""
+
+    def post(self, request: Request) -> Response:
+        try:
+            intake.check_size(request.META.get("CONTENT_LENGTH"))
+            backend = _backend_for(request)
+            raw = request.body
+            received = intake.receive(backend, intake.parse_json(raw), raw, Dispatch.Source.CRCR)
+        except intake.IntakeError as error:
+            return _refuse(error)
+        return _answer(received)
+
+
+class DispatchDetailAPI(TokenAPIView):
+    def get(self, request: Request, uuid: str) -> Response:
+        dispatch = get_object_or_404(Dispatch, uuid=uuid)
+        return Response(DispatchOutSerializer(dispatch).data)
+
+
+class GitHubWebhookAPI(APIView):
+    """A GitHub webhook sent straight to crcr, verified by X-Hub-Signature-256."""
+
+    authentication_classes: list[Any] = []
+    permission_classes = [AllowAny]
+
+    def post(self, request: Request, slug: str) -> Response:
+        backend = get_object_or_404(Backend, slug=slug)
+        try:
+            intake.check_size(request.META.get("CONTENT_LENGTH"))
+            raw = request.body
+            intake.verify_signature(backend, raw, request.headers.get("X-Hub-Signature-256"))
+            event = request.headers.get("X-GitHub-Event")
+            if event == "ping":
+                return Response({"ok": True, "status": "pong"})
+            body = intake.webhook_body(
+                event, request.headers.get("X-GitHub-Delivery"), intake.parse_json(raw)
+            )
+            received = intake.receive(backend, body, raw, Dispatch.Source.WEBHOOK)
+        except intake.IntakeError as error:
+            return _refuse(error)
+        return _answer(received)
+
+
+class WhoAmIAPI(TokenAPIView):
+    """The token's user: a trivial authenticated endpoint for clients to check a token."""
+
+    def get(self, request: Request) -> Response:
+        return Response({"username": request.user.get_username()})
 
 
 class RunListAPI(generics.ListAPIView):

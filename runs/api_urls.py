@@ -4,6 +4,10 @@ from runs import api
 
 app_name = "api"
 urlpatterns = [
+    path("dispatches/", api.DispatchIntakeAPI.as_view(), name="dispatch_create"),
+    path("dispatches/<uuid:uuid>/", api.DispatchDetailAPI.as_view(), name="dispatch_detail"),
+    path("webhooks/github/<slug:slug>/", api.GitHubWebhookAPI.as_view(), name="webhook_github"),
+    path("whoami/", api.WhoAmIAPI.as_view(), name="whoami"),
     path("runs/", api.RunListAPI.as_view(), name="run_list"),
     path("runs/<uuid:uuid>/", api.RunDetailAPI.as_view(), name="run_detail"),
 ]

@@ -1,6 +1,7 @@
 """Upstream events, runs, shards, results and HUD callbacks."""
 
 import uuid
+from typing import Any
 
 from django.conf import settings
 from django.db import models
@@ -85,6 +86,35 @@ class Dispatch(models.Model):
     def __str__(self) -> str:
         return f"{self.event_type} {self.delivery_id}"
 
+    @staticmethod
+    def fields_from_payload(event_type: str, payload: dict[str, Any]) -> dict[str, Any]:
+        """The columns the gate and the pages read, taken from a validated payload."""
+        if event_type == "pull_request":
+            pull = payload["pull_request"]
+            return {
+                "action": payload["action"],
+                "pr_number": pull["number"],
+                "base_ref": pull["base"]["ref"],
+                "head_sha": pull["head"]["sha"],
+            }
+        return {"action": "push", "base_ref": payload["ref"], "head_sha": payload["after"]}
+
+    @property
+    def labels(self) -> list[str]:
+        if self.event_type != "pull_request":
+            return []
+        return [label["name"] for label in self.payload["pull_request"].get("labels", [])]
+
+    def decide(self, verdict: str, reason: str, expected: tuple[str, ...]) -> bool:
+        """Record the gate's verdict if the dispatch is still in an expected state."""
+        # Conditional update: a redelivered gate task finds the verdict taken and stops.
+        changed = Dispatch.objects.filter(pk=self.pk, verdict__in=expected).update(
+            verdict=verdict, verdict_reason=reason
+        )
+        if changed:
+            self.verdict, self.verdict_reason = verdict, reason
+        return bool(changed)
+
 
 class Trigger(models.Model):
     """What asked for a build: a dispatch, the nightly schedule, a release or a person."""
@@ -124,7 +154,7 @@ class Artifact(models.Model):
     version = models.CharField(max_length=100)
     sha256 = models.CharField(max_length=64, unique=True)
     size = models.BigIntegerField(default=0)
-    file = models.FileField(upload_to="artifacts/", blank=True)
+    file = models.FileField(upload_to="artifacts/", blank=True, max_length=500)
     location = models.CharField(max_length=500, blank=True, help_text="where it came from")
     created_at = models.DateTimeField(default=timezone.now)
 

@@ -1,6 +1,13 @@
+"""DRF serializers: the shapes machines send and receive."""
+
+import re
+from typing import Any
+
 from rest_framework import serializers
 
-from runs.models import Run
+from runs.models import Dispatch, Run
+
+SHA = re.compile(r"^[0-9a-f]{40}$")
 
 
 class RunSerializer(serializers.ModelSerializer):
@@ -19,3 +26,105 @@ class RunSerializer(serializers.ModelSerializer):
             "started_at",
             "finished_at",
         ]
+
+
+class _RefSerializer(serializers.Serializer):
+    ref = serializers.CharField(max_length=200)
+    sha = serializers.RegexField(SHA, error_messages={"invalid": "must be a 40-hex commit SHA"})
+
+
+class _LabelSerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=200)
+
+
+class _RepositorySerializer(serializers.Serializer):
+    full_name = serializers.CharField(max_length=200)
+
+
+class _PullRequestSerializer(serializers.Serializer):
+    number = serializers.IntegerField(min_value=1)
+    head = _RefSerializer()
+    base = _RefSerializer()
+    labels = _LabelSerializer(many=True)
+    merged = serializers.BooleanField(required=False, allow_null=True)
+
+
+class PullRequestPayloadSerializer(serializers.Serializer):
+    action = serializers.CharField(max_length=40)
+    pull_request = _PullRequestSerializer()
+    repository = _RepositorySerializer()
+
+
+class PushPayloadSerializer(serializers.Serializer):
+    ref = serializers.CharField(max_length=200)
+    after = serializers.RegexField(SHA, error_messages={"invalid": "must be a 40-hex commit SHA"})
+    deleted = serializers.BooleanField(default=False)
+    repository = _RepositorySerializer()
+
+
+PAYLOAD_SERIALIZERS = {"pull_request": PullRequestPayloadSerializer, "push": PushPayloadSerializer}
+
+
+class DispatchSerializer(serializers.Serializer):
+    """A CRCR `client_payload`: {event_type, delivery_id, payload}."""
+
+    event_type = serializers.ChoiceField(choices=sorted(PAYLOAD_SERIALIZERS))
+    delivery_id = serializers.RegexField(
+        r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,99}$",
+        error_messages={"invalid": "must be a GUID-like id of at most 100 characters"},
+    )
+    payload = serializers.DictField()
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        payload = PAYLOAD_SERIALIZERS[attrs["event_type"]](data=attrs["payload"])
+        if not payload.is_valid():
+            raise serializers.ValidationError({"payload": payload.errors})
+        return attrs
+
+
+class DispatchOutSerializer(serializers.ModelSerializer):
+    url = serializers.SerializerMethodField()
+    runs = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Dispatch
+        fields = [
+            "uuid",
+            "url",
+            "delivery_id",
+            "event_type",
+            "action",
+            "pr_number",
+            "base_ref",
+            "verdict",
+            "verdict_reason",
+            "received_at",
+            "runs",
+        ]
+
+    def get_url(self, dispatch: Dispatch) -> str:
+        return f"/api/dispatches/{dispatch.uuid}/"
+
+    def get_runs(self, dispatch: Dispatch) -> list[str]:
+        if "runs" in self.context:
+            return self.context["runs"]
+        trigger = getattr(dispatch, "trigger", None)
+        return [str(run.uuid) for run in trigger.runs.all()] if trigger else []
+
+
+def flatten_errors(errors: Any, prefix: str = "") -> list[str]:
+    """DRF's nested error dict as readable lines: `payload.pull_request.number: …`."""
+    if isinstance(errors, dict):
+        lines = []
+        for key, value in errors.items():
+            name = prefix if key == "non_field_errors" else f"{prefix}.{key}".strip(".")
+            lines += flatten_errors(value, name)
+        return lines
+    if isinstance(errors, list):
+        if all(isinstance(item, str) for item in errors):
+            return [f"{prefix}: {item}" if prefix else str(item) for item in errors]
+        lines = []
+        for index, item in enumerate(errors):
+            lines += flatten_errors(item, f"{prefix}[{index}]")
+        return lines
+    return [f"{prefix}: {errors}"]

@@ -1,8 +1,13 @@
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
+from django.shortcuts import get_object_or_404, redirect, render
 
-from runs.models import Run
+from crcr_site.lib.access import reviewer_required
+from runs import gate, triggers
+from runs.forms import TriggerForm
+from runs.models import Dispatch, Run
+from runs.upstream import UpstreamError
 
 
 @login_required
@@ -15,3 +20,43 @@ def hud(request: HttpRequest) -> HttpResponse:
 def run_list(request: HttpRequest) -> HttpResponse:
     runs = Run.objects.select_related("trigger", "backend").order_by("-created_at")[:100]
     return render(request, "runs/run_list.html", {"runs": runs, "nav": "runs"})
+
+
+@login_required
+def dispatch_list(request: HttpRequest) -> HttpResponse:
+    dispatches = Dispatch.objects.select_related("backend").order_by("-received_at")[:200]
+    context = {"dispatches": dispatches, "nav": "dispatches"}
+    return render(request, "runs/dispatch_list.html", context)
+
+
+@login_required
+def dispatch_detail(request: HttpRequest, uuid: str) -> HttpResponse:
+    dispatch = get_object_or_404(Dispatch.objects.select_related("backend"), uuid=uuid)
+    trigger = getattr(dispatch, "trigger", None)
+    context = {
+        "dispatch": dispatch,
+        "runs": trigger.runs.all() if trigger else [],
+        "policy": gate.describe(gate.Policy.for_backend(dispatch.backend)),
+        "nav": "dispatches",
+    }
+    return render(request, "runs/dispatch_detail.html", context)
+
+
+@reviewer_required
+def trigger_create(request: HttpRequest) -> HttpResponse:
+    """Start a release or manual run (reviewers only)."""
+    form = TriggerForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        backend, target = form.cleaned_data["backend"], form.cleaned_data["target"]
+        try:
+            if form.cleaned_data["kind"] == "release":
+                trigger = triggers.start_release(backend, target, user=request.user)
+            else:
+                trigger = triggers.start_manual(backend, target, user=request.user)
+        except (triggers.TriggerError, UpstreamError) as error:
+            form.add_error("target", str(error))
+        else:
+            count = trigger.runs.count()
+            messages.success(request, f"Started {count} run(s) at {trigger.pytorch_sha[:12]}.")
+            return redirect("runs:run_list")
+    return render(request, "runs/trigger_form.html", {"form": form, "nav": "runs"})

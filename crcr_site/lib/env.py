@@ -105,6 +105,10 @@ def env_database(name: str, default: dict[str, Any], conn_max_age: int = 60) -> 
     return config
 
 
+@overload
+def env_url(name: str, default: str, schemes: tuple[str, ...]) -> str: ...
+@overload
+def env_url(name: str, default: None, schemes: tuple[str, ...]) -> str | None: ...
 def env_url(name: str, default: str | None, schemes: tuple[str, ...]) -> str | None:
     value = _raw(name)
     if value is None:

@@ -1,0 +1,145 @@
+"""Dispatch intake latency over HTTP, against a trivial authenticated endpoint.
+
+Starts crcr under gunicorn on a free loopback port (the database named by
+DATABASE_URL, else a fresh SQLite file; Redis as the broker so the gate is
+queued, not run inline), then sends 1,000 real-size CRCR dispatches to
+POST /api/dispatches/ interleaved with 1,000 GET /api/whoami/ (token-checked,
+one query). Prints p50/p99 of each and the p50 ratio. Target: ratio <= 3.
+
+    .venv/bin/python bench/intake.py [--count 1000]
+"""
+
+import argparse
+import http.client
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+TARGET = 3.0
+SETUP = """
+from runs.models import Backend
+from selection.models import ConfigVersion
+from rest_framework.authtoken.models import Token
+from django.contrib.auth import get_user_model
+backend, _ = Backend.objects.get_or_create(slug="bench", defaults=dict(
+    name="bench", device_module="selection.reuse.reference_device", repository="bench/bench"))
+text = "test_suite_config:\\n  files: []\\n"
+ConfigVersion.objects.get_or_create(backend=backend, number=1, defaults=dict(
+    yaml_text=text, sha256=ConfigVersion.hash_text(text)))
+user, _ = get_user_model().objects.get_or_create(username="bench-machine")
+print(Token.objects.get_or_create(user=user)[0].key)
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def environment(workdir: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env.setdefault("CELERY_BROKER_URL", "redis://127.0.0.1:6379/14")
+    env["CRCR_VAR_DIR"] = str(workdir)
+    env.setdefault("DEBUG", "true")
+    env["LOG_LEVEL"] = "WARNING"
+    if "DATABASE_URL" not in env:
+        env["DATABASE_URL"] = f"sqlite:///{workdir / 'bench.sqlite3'}"
+    return env
+
+
+def manage(env: dict[str, str], *args: str) -> str:
+    command = [sys.executable, "manage.py", *args]
+    return subprocess.run(
+        command, cwd=ROOT, env=env, check=True, capture_output=True, text=True
+    ).stdout
+
+
+def request(port: int, method: str, path: str, token: str, body: bytes | None = None) -> float:
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    headers = {"Authorization": f"Token {token}", "Content-Type": "application/json"}
+    started = time.perf_counter()
+    connection.request(method, path, body=body, headers=headers)
+    response = connection.getresponse()
+    response.read()
+    elapsed = time.perf_counter() - started
+    connection.close()
+    if response.status not in (200, 202):
+        raise SystemExit(f"{method} {path} answered {response.status}")
+    return elapsed
+
+
+def wait_until_up(port: int, token: str) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            request(port, "GET", "/api/whoami/", token)
+            return
+        except (ConnectionError, OSError):
+            time.sleep(0.2)
+    raise SystemExit("the server did not start")
+
+
+def dispatch_body() -> dict:
+    webhooks = Path(os.environ.get("CRCR_SHARED_DATA", ROOT.parent / "shared" / "data"))
+    payload = json.loads((webhooks / "webhooks" / "pull_request.closed.json").read_text())
+    payload["action"] = "opened"  # recorded by the gate; the intake cost is what is measured
+    return {"event_type": "pull_request", "delivery_id": "", "payload": payload}
+
+
+def percentile(samples: list[float], fraction: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--count", type=int, default=1000)
+    count = parser.parse_args().count
+    with tempfile.TemporaryDirectory(prefix="crcr-bench-") as tmp:
+        env = environment(Path(tmp))
+        manage(env, "migrate", "--no-input", "-v", "0")
+        token = manage(env, "shell", "-c", SETUP).strip().splitlines()[-1]
+        port = free_port()
+        server = subprocess.Popen(
+            [sys.executable, "-m", "gunicorn", "crcr_site.wsgi", "--bind", f"127.0.0.1:{port}",
+             "--worker-class", "gthread", "--workers", "1", "--threads", "2", "--log-level", "warning"],
+            cwd=ROOT, env=env,
+        )  # fmt: skip
+        try:
+            wait_until_up(port, token)
+            body = dispatch_body()
+            intake, trivial = [], []
+            for index in range(count + 50):
+                body["delivery_id"] = str(uuid.uuid4())
+                post = request(port, "POST", "/api/dispatches/", token, json.dumps(body).encode())
+                get = request(port, "GET", "/api/whoami/", token)
+                if index >= 50:  # the first 50 of each warm the server up
+                    intake.append(post)
+                    trivial.append(get)
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
+    size = len(json.dumps(body))
+    p50_ratio = statistics.median(intake) / statistics.median(trivial)
+    print(f"{count} dispatches of {size:,} bytes, database {env['DATABASE_URL'].split(':')[0]}")
+    print(f"{'endpoint':<28}{'p50 ms':>10}{'p99 ms':>10}")
+    for name, samples in (("POST /api/dispatches/", intake), ("GET /api/whoami/", trivial)):
+        print(
+            f"{name:<28}{percentile(samples, 0.5) * 1e3:>10.2f}{percentile(samples, 0.99) * 1e3:>10.2f}"
+        )
+    print(f"intake p50 / trivial p50 = {p50_ratio:.2f} (target <= {TARGET})")
+    return 0 if p50_ratio <= TARGET else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

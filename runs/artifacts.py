@@ -1,0 +1,156 @@
+"""Build once, test many: the artifacts of a combination, registered once by SHA-256.
+
+Building PyTorch is out of scope on these machines: by default the installed
+torch distribution is registered (its identity is the SHA-256 of its RECORD,
+which lists every installed file with its own hash) and the backend is
+registered from its module's source files. A build command
+(CRCR_BUILD_COMMAND) can produce wheels instead; they are stored and every
+consumer verifies them by hash.
+"""
+
+import hashlib
+import importlib.metadata
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from django.conf import settings
+from django.core.files import File
+
+from runs.models import Artifact, Backend
+
+
+class ArtifactError(Exception):
+    """An artifact that cannot be built, found or verified; the message says which."""
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as stream:
+        for block in iter(lambda: stream.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def locate_module(name: str) -> Path:
+    """The source folder or file of a module, found on sys.path without importing it."""
+    relative = Path(*name.split("."))
+    for entry in map(Path, sys.path):
+        for candidate in (entry / relative / "__init__.py", entry / f"{relative}.py"):
+            if candidate.is_file():
+                return candidate.parent if candidate.name == "__init__.py" else candidate
+    raise ArtifactError(f"module {name!r} is not on the Python path")
+
+
+def fingerprint(path: Path) -> str:
+    """SHA-256 over a source file or a folder's .py files (names and contents)."""
+    if path.is_file():
+        return sha256_file(path)
+    digest = hashlib.sha256()
+    for source in sorted(path.rglob("*.py")):
+        digest.update(str(source.relative_to(path)).encode() + b"\0")
+        digest.update(source.read_bytes())
+    return digest.hexdigest()
+
+
+def _installed_record(distribution: str) -> tuple[str, str, str]:
+    try:
+        dist = importlib.metadata.distribution(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        raise ArtifactError(f"{distribution} is not installed") from None
+    record = dist.read_text("RECORD") or ""
+    location = str(dist.locate_file(""))
+    return dist.version, hashlib.sha256(record.encode()).hexdigest(), location
+
+
+def register_installed_torch() -> Artifact:
+    version, sha, location = _installed_record("torch")
+    artifact, _ = Artifact.objects.get_or_create(
+        sha256=sha,
+        defaults={
+            "kind": Artifact.Kind.PYTORCH,
+            "name": "torch",
+            "version": version,
+            "location": f"installed:{location}",
+        },
+    )
+    return artifact
+
+
+def register_backend_source(backend: Backend) -> Artifact:
+    path = locate_module(backend.device_module)
+    artifact, _ = Artifact.objects.get_or_create(
+        sha256=fingerprint(path),
+        defaults={
+            "kind": Artifact.Kind.BACKEND,
+            "name": backend.device_module,
+            "version": backend.version,
+            "location": f"source:{path}",
+        },
+    )
+    return artifact
+
+
+def build(pytorch_sha: str, backend: Backend, version: str) -> list[Artifact]:
+    """Run the configured build command and store each wheel it writes, once by hash."""
+    command = settings.CRCR_BUILD_COMMAND
+    if not command:
+        raise ArtifactError("CRCR_BUILD_COMMAND is not set")
+    with tempfile.TemporaryDirectory(prefix="crcr-build-") as out:
+        env = os.environ | {
+            "CRCR_PYTORCH_SHA": pytorch_sha,
+            "CRCR_BACKEND_VERSION": version,
+            "CRCR_OUTPUT_DIR": out,
+        }
+        completed = subprocess.run(command, shell=True, env=env, capture_output=True, text=True)
+        if completed.returncode != 0:
+            raise ArtifactError(f"the build command failed: {completed.stderr.strip()[-2000:]}")
+        wheels = sorted(Path(out).glob("*.whl"))
+        if not wheels:
+            raise ArtifactError(f"the build command wrote no wheel into {out}")
+        return [_store_wheel(wheel) for wheel in wheels]
+
+
+def _store_wheel(wheel: Path) -> Artifact:
+    sha = sha256_file(wheel)
+    existing = Artifact.objects.filter(sha256=sha).first()
+    if existing:
+        return existing
+    name, version = wheel.name.split("-")[:2]
+    artifact = Artifact(
+        kind=Artifact.Kind.PYTORCH if name == "torch" else Artifact.Kind.BACKEND,
+        name=name,
+        version=version,
+        sha256=sha,
+        size=wheel.stat().st_size,
+        location=f"build:{wheel.name}",
+    )
+    with wheel.open("rb") as stream:
+        artifact.file.save(f"{sha}/{wheel.name}", File(stream), save=False)
+    artifact.save()
+    return artifact
+
+
+def artifacts_for(pytorch_sha: str, backend: Backend, version: str) -> list[Artifact]:
+    """The artifacts of one combination: built by the command, or the installed ones."""
+    if settings.CRCR_BUILD_COMMAND:
+        return build(pytorch_sha, backend, version)
+    return [register_installed_torch(), register_backend_source(backend)]
+
+
+def verify(artifact: Artifact) -> None:
+    """Check that what a consumer is about to use is exactly the registered artifact."""
+    if artifact.file:
+        with artifact.file.open("rb") as stream:
+            digest = hashlib.sha256(stream.read()).hexdigest()
+    elif artifact.location.startswith("installed:"):
+        digest = _installed_record(artifact.name)[1]
+    else:
+        digest = fingerprint(Path(artifact.location.removeprefix("source:")))
+    if digest != artifact.sha256:
+        raise ArtifactError(
+            f"artifact {artifact.name} {artifact.version} does not match its hash: "
+            f"registered {artifact.sha256[:16]}…, found {digest[:16]}…"
+        )

@@ -1,0 +1,29 @@
+import re
+
+from django import forms
+
+from runs.models import Backend
+from runs.upstream import SHA_RE
+
+RELEASE_RE = re.compile(r"^release/\d+\.\d+$")
+
+
+class TriggerForm(forms.Form):
+    """A release branch or a manual SHA to build for one backend."""
+
+    backend = forms.ModelChoiceField(queryset=Backend.objects.all(), to_field_name="slug")
+    kind = forms.ChoiceField(choices=[("release", "release branch"), ("manual", "manual SHA")])
+    target = forms.CharField(
+        max_length=100, help_text="release/X.Y for a release, a 40-hex SHA for a manual run"
+    )
+
+    def clean(self) -> dict:
+        data = super().clean() or {}
+        target = (data.get("target") or "").strip()
+        kind = data.get("kind")
+        if kind == "release" and not RELEASE_RE.match(target):
+            self.add_error("target", f"{target!r} is not a release branch (release/X.Y)")
+        if kind == "manual" and not SHA_RE.match(target):
+            self.add_error("target", f"{target!r} is not a 40-hex commit SHA")
+        data["target"] = target
+        return data

@@ -1,0 +1,57 @@
+"""Triggers: what asks for a build (dispatch, nightly, release, manual) and its runs."""
+
+from typing import Any
+
+from django.db import transaction
+
+from runs import combinations
+from runs.models import Backend, Dispatch, Trigger
+from runs.upstream import SHA_RE, Resolver, UpstreamError, get_resolver, nightly_source_sha
+
+RELEASE_PREFIX = "release/"
+
+
+class TriggerError(ValueError):
+    """A trigger request that names something crcr cannot build."""
+
+
+@transaction.atomic
+def start(
+    backend: Backend,
+    kind: str,
+    sha: str,
+    ref: str = "",
+    dispatch: Dispatch | None = None,
+    user: Any = None,
+) -> Trigger:
+    """Record the trigger and create its runs (one per combination) in one transaction."""
+    trigger = Trigger.objects.create(
+        backend=backend, kind=kind, pytorch_sha=sha, ref=ref, dispatch=dispatch, requested_by=user
+    )
+    combinations.create_runs(trigger)
+    return trigger
+
+
+def start_nightly(backend: Backend, resolver: Resolver | None = None) -> Trigger:
+    """Build the source commit of PyTorch's nightly; the same nightly is built once."""
+    sha = nightly_source_sha(resolver or get_resolver())
+    existing = Trigger.objects.filter(backend=backend, kind=Trigger.Kind.NIGHTLY, pytorch_sha=sha)
+    return existing.first() or start(backend, Trigger.Kind.NIGHTLY, sha, ref="nightly")
+
+
+def start_release(
+    backend: Backend, branch: str, user: Any = None, resolver: Resolver | None = None
+) -> Trigger:
+    if not branch.startswith(RELEASE_PREFIX):
+        raise TriggerError(f"{branch!r} is not a release branch (release/X.Y)")
+    try:
+        sha = (resolver or get_resolver()).branch_head(branch)
+    except UpstreamError as error:
+        raise TriggerError(str(error)) from None
+    return start(backend, Trigger.Kind.RELEASE, sha, ref=branch, user=user)
+
+
+def start_manual(backend: Backend, sha: str, user: Any = None) -> Trigger:
+    if not SHA_RE.match(sha):
+        raise TriggerError(f"{sha!r} is not a 40-hex commit SHA")
+    return start(backend, Trigger.Kind.MANUAL, sha, user=user)
