@@ -1,0 +1,125 @@
+"""Fault profiles: make chosen operators misbehave on the reference device.
+
+A profile is YAML or JSON, given by ``CRCR_REFDEV_FAULTS`` (a file path, or the
+text itself when it starts with ``{`` or ``[``)::
+
+    faults:
+      - op: hypot            # operator packet ("hypot") or overload ("hypot.out")
+        dtypes: [float64]    # optional: only when a tensor argument has one of these
+        kind: deviation      # deviation | crash | hang
+        amount: 0.5          # deviation only: added to every floating result element
+      - op: lcm
+        kind: crash          # crash: SIGSEGV by default, or signal: abort
+        signal: abort
+
+The profile is read lazily, on the first kernel call, so a test tree's conftest
+may still set the variable.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ENV_FAULTS = "CRCR_REFDEV_FAULTS"
+KINDS = ("deviation", "crash", "hang")
+
+
+@dataclass(frozen=True)
+class Fault:
+    op: str
+    kind: str
+    dtypes: frozenset[str] = frozenset()
+    amount: float = 0.5
+    signal: str = "segv"
+
+
+class FaultProfileError(ValueError):
+    pass
+
+
+def parse_profile(text: str, origin: str) -> dict[str, list[Fault]]:
+    """Parse profile text into faults keyed by operator name."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(text) or {}
+    except yaml.YAMLError as error:
+        raise FaultProfileError(f"{origin}: not YAML/JSON: {error}") from error
+    rules = data.get("faults", []) if isinstance(data, dict) else data
+    if not isinstance(rules, list):
+        raise FaultProfileError(f"{origin}: 'faults' must be a list")
+    faults: dict[str, list[Fault]] = {}
+    for index, rule in enumerate(rules):
+        fault = _parse_rule(rule, f"{origin}: fault {index}")
+        faults.setdefault(fault.op, []).append(fault)
+    return faults
+
+
+def _parse_rule(rule: Any, where: str) -> Fault:
+    if not isinstance(rule, dict) or "op" not in rule or "kind" not in rule:
+        raise FaultProfileError(f"{where}: needs 'op' and 'kind'")
+    unknown = set(rule) - {"op", "kind", "dtypes", "amount", "signal"}
+    if unknown:
+        raise FaultProfileError(f"{where}: unknown key(s) {sorted(unknown)}")
+    if rule["kind"] not in KINDS:
+        raise FaultProfileError(f"{where}: kind must be one of {KINDS}, not {rule['kind']!r}")
+    if rule.get("signal", "segv") not in ("segv", "abort"):
+        raise FaultProfileError(f"{where}: signal must be segv or abort")
+    op = str(rule["op"]).removeprefix("aten::")
+    return Fault(
+        op=op,
+        kind=rule["kind"],
+        dtypes=frozenset(str(d).removeprefix("torch.") for d in rule.get("dtypes") or ()),
+        amount=float(rule.get("amount", 0.5)),
+        signal=rule.get("signal", "segv"),
+    )
+
+
+class FaultTable:
+    """Faults by operator, loaded from the environment on first use."""
+
+    def __init__(self) -> None:
+        self._faults: dict[str, list[Fault]] | None = None
+
+    def load(self) -> dict[str, list[Fault]]:
+        if self._faults is None:
+            spec = os.environ.get(ENV_FAULTS, "").strip()
+            if not spec:
+                self._faults = {}
+            elif spec[0] in "{[":
+                self._faults = parse_profile(spec, ENV_FAULTS)
+            else:
+                self._faults = parse_profile(Path(spec).read_text(), spec)
+        return self._faults
+
+    def find(self, packet: str, overload: str, dtypes: set[str]) -> Fault | None:
+        faults = self.load()
+        if not faults:
+            return None
+        for fault in faults.get(overload, []) + faults.get(packet, []):
+            if not fault.dtypes or fault.dtypes & dtypes:
+                return fault
+        return None
+
+
+def trigger(fault: Fault, op_name: str) -> None:
+    """Crash or hang the process as the fault says (deviation is applied by the kernel)."""
+    sys.stdout.flush()
+    sys.stderr.write(f"crcr reference device: injected {fault.kind} in {op_name}\n")
+    sys.stderr.flush()
+    if fault.kind == "crash":
+        os.kill(os.getpid(), signal.SIGABRT if fault.signal == "abort" else signal.SIGSEGV)
+    elif fault.kind == "hang":
+        while True:  # an interruptible hang: a per-test timeout can still end it
+            time.sleep(3600)
+
+
+def describe(faults: dict[str, list[Fault]]) -> str:
+    return json.dumps({op: [f.kind for f in fs] for op, fs in faults.items()}, sort_keys=True)
