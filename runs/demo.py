@@ -1,6 +1,16 @@
-"""The embedded demo: what the README's first command sets up before serving the UI."""
+"""The embedded demo: what the README's first command sets up before serving the UI.
 
+It creates the demo user, the reference-device backend with its first config,
+a small local stand-in for a PyTorch clone (main, release/2.14 and nightly
+branches, so the local-git resolver has something real to read), and feeds a
+real GitHub `pull_request` webhook, wrapped as a merged-PR CRCR dispatch,
+through the intake. Every step is idempotent: running it twice changes nothing.
+"""
+
+import copy
+import json
 import os
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -8,12 +18,15 @@ from django.conf import settings
 from django.core.management import call_command
 from django.db import transaction
 
-from runs.models import Backend
+from runs import dispatch as intake
+from runs.models import Backend, Dispatch
 from selection.models import ConfigVersion
 
 DEMO_USERNAME = "demo"
 DEMO_PASSWORD = os.environ.get("CRCR_DEMO_PASSWORD", "crcr-demo")
 DEMO_CONFIG = Path(settings.BASE_DIR) / "selection" / "reuse" / "configs" / "reference.yaml"
+DEMO_WEBHOOK = Path(__file__).parent / "demo_data" / "pull_request.closed.json"
+DEMO_PR = 160_000
 
 
 @dataclass
@@ -24,7 +37,7 @@ class DemoState:
 
 @transaction.atomic
 def load_backend() -> DemoState:
-    """The reference-device backend profile and its first config version (idempotent)."""
+    """The reference-device backend profile and its first config version."""
     backend, _ = Backend.objects.get_or_create(
         slug="reference",
         defaults={
@@ -52,3 +65,60 @@ def load_backend() -> DemoState:
 
 def create_demo_user() -> None:
     call_command("create_user", DEMO_USERNAME, role="admin", password=DEMO_PASSWORD)
+
+
+def _git(path: Path, *args: str) -> str:
+    completed = subprocess.run(
+        ["git", "-C", str(path), "-c", "user.name=crcr demo", "-c", "user.email=demo@crcr", *args],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return completed.stdout.strip()
+
+
+def ensure_upstream() -> Path | None:
+    """Create the local stand-in clone when CRCR_UPSTREAM points at the default one."""
+    kind, _, target = settings.CRCR_UPSTREAM.partition(":")
+    path = Path(target)
+    if kind != "git" or path != Path(settings.VAR_DIR) / "upstream":
+        return None  # a real clone or GitHub: not ours to create
+    if (path / ".git").exists():
+        return path
+    path.mkdir(parents=True, exist_ok=True)
+    _git(path, "init", "-q", "-b", "main")
+    _git(path, "commit", "-q", "--allow-empty", "-m", "Initial import")
+    _git(path, "branch", "release/2.14")
+    _git(
+        path,
+        "commit",
+        "-q",
+        "--allow-empty",
+        "-m",
+        f"Make the demo op faster (#{DEMO_PR})\n\n"
+        f"Pull Request resolved: https://github.com/pytorch/pytorch/pull/{DEMO_PR}",
+    )
+    source = _git(path, "rev-parse", "main")
+    _git(path, "checkout", "-q", "-b", "nightly")
+    _git(path, "commit", "-q", "--allow-empty", "-m", f"nightly release ({source})")
+    _git(path, "checkout", "-q", "main")
+    return path
+
+
+def merged_pr_dispatch() -> dict:
+    """The bundled real `pull_request.closed` webhook as a merged PR into main."""
+    payload = copy.deepcopy(json.loads(DEMO_WEBHOOK.read_text()))
+    pull = payload["pull_request"]
+    payload["number"] = pull["number"] = DEMO_PR
+    pull["base"]["ref"] = "main"
+    pull["labels"] = [*pull["labels"], {"name": "Merged"}]
+    return {"event_type": "pull_request", "delivery_id": f"demo-{DEMO_PR}", "payload": payload}
+
+
+def feed_dispatch(backend: Backend) -> Dispatch:
+    """Send the demo dispatch through the intake; the gate runs eagerly after commit."""
+    body = merged_pr_dispatch()
+    raw = json.dumps(body).encode()
+    received = intake.receive(backend, body, raw, Dispatch.Source.CRCR)
+    received.dispatch.refresh_from_db()
+    return received.dispatch

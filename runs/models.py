@@ -5,6 +5,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import models
+from django.urls import reverse
 from django.utils import timezone
 
 
@@ -210,6 +211,22 @@ class Run(models.Model):
     def is_finished(self) -> bool:
         return self.status in self.FINISHED
 
+    def page_url(self) -> str:
+        """The absolute URL of the run's page, for links crcr sends out."""
+        base = settings.CRCR_PUBLIC_URL.rstrip("/")
+        return f"{base}{reverse('runs:run_detail', args=[self.uuid])}"
+
+    def test_counts(self) -> dict[str, int]:
+        """passed/failed/skipped/total over each test's final attempt."""
+        final = {}
+        for node_id, outcome in self.results.order_by("attempt").values_list("node_id", "outcome"):
+            final[node_id] = outcome
+        outcomes = list(final.values())
+        passed = sum(o in TestResult.PASSING for o in outcomes)
+        skipped = sum(o == TestResult.Outcome.SKIPPED for o in outcomes)
+        failed = len(outcomes) - passed - skipped
+        return {"passed": passed, "failed": failed, "skipped": skipped, "total": len(outcomes)}
+
 
 class Shard(models.Model):
     """A slice of a run's tests executed in one pytest process on a device host."""
@@ -256,6 +273,7 @@ class TestResult(models.Model):
         TIMED_OUT = "timed_out", "timed out"
 
     __test__ = False  # not a pytest test class
+    PASSING = (Outcome.PASSED, Outcome.XFAILED)
 
     shard = models.ForeignKey(Shard, on_delete=models.CASCADE, related_name="results")
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="results")

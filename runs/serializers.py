@@ -12,6 +12,8 @@ SHA = re.compile(r"^[0-9a-f]{40}$")
 
 class RunSerializer(serializers.ModelSerializer):
     backend = serializers.CharField(source="backend.slug", read_only=True)
+    url = serializers.SerializerMethodField()
+    test_results = serializers.SerializerMethodField()
 
     class Meta:
         model = Run
@@ -25,7 +27,15 @@ class RunSerializer(serializers.ModelSerializer):
             "created_at",
             "started_at",
             "finished_at",
+            "url",
+            "test_results",
         ]
+
+    def get_url(self, run: Run) -> str:
+        return run.page_url()
+
+    def get_test_results(self, run: Run) -> dict[str, int] | None:
+        return run.test_counts() if run.is_finished else None
 
 
 class _RefSerializer(serializers.Serializer):

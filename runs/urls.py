@@ -7,6 +7,7 @@ urlpatterns = [
     path("", views.hud, name="hud"),
     path("runs/", views.run_list, name="run_list"),
     path("runs/new/", views.trigger_create, name="trigger_create"),
+    path("runs/<uuid:uuid>/", views.run_detail, name="run_detail"),
     path("dispatches/", views.dispatch_list, name="dispatch_list"),
     path("dispatches/<uuid:uuid>/", views.dispatch_detail, name="dispatch_detail"),
 ]

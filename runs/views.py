@@ -23,6 +23,21 @@ def run_list(request: HttpRequest) -> HttpResponse:
 
 
 @login_required
+def run_detail(request: HttpRequest, uuid: str) -> HttpResponse:
+    run = get_object_or_404(
+        Run.objects.select_related("trigger__dispatch", "backend", "config_version"), uuid=uuid
+    )
+    context = {
+        "run": run,
+        "shards": run.shards.all(),
+        "artifacts": run.artifacts.all(),
+        "counts": run.test_counts(),
+        "nav": "runs",
+    }
+    return render(request, "runs/run_detail.html", context)
+
+
+@login_required
 def dispatch_list(request: HttpRequest) -> HttpResponse:
     dispatches = Dispatch.objects.select_related("backend").order_by("-received_at")[:200]
     context = {"dispatches": dispatches, "nav": "dispatches"}

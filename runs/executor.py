@@ -1,0 +1,233 @@
+"""Run a shard's tests in pytest subprocesses: crash pinning and per-test retries.
+
+Pure Python (no Django): the device task gives it the ids and the command line
+and gets back every attempt of every test.
+
+Steps:
+1. run all ids in one pytest process, with a progress log of started and
+   finished tests and a whole-shard timeout;
+2. if the process died by a signal or timed out, the test that started and
+   never finished is the culprit: it is re-run alone to confirm, then recorded
+   as `crashed` / `timed_out`; the ids not reported yet go to a fresh process
+   and the loop continues until every id has an outcome;
+3. each failure the caller wants retried is re-run alone in a fresh process up
+   to `max_attempts` in all: a pass then makes the test flaky.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+FAILING = ("failed", "error")
+EXIT_OK = (0, 1, 5)
+WATCH_INTERVAL = 0.5  # all passed, some failed, none collected: pytest ended normally
+
+
+@dataclass
+class TestRecord:
+    node_id: str
+    outcome: str
+    duration: float = 0.0
+    message: str = ""
+    markers: list[str] = field(default_factory=list)
+    properties: list[list] = field(default_factory=list)
+    attempt: int = 1
+
+
+@dataclass
+class ProcessResult:
+    records: dict[str, TestRecord]
+    started: list[str]
+    exit_code: int | None
+    timed_out: bool
+    output_tail: str
+
+    @property
+    def died(self) -> bool:
+        return self.timed_out or self.exit_code not in EXIT_OK
+
+    def unfinished(self) -> str | None:
+        """The last test that started without finishing: the crashing or hanging one."""
+        for node_id in reversed(self.started):
+            if node_id not in self.records:
+                return node_id
+        return None
+
+
+@dataclass
+class ShardSpec:
+    ids: Sequence[str]
+    workdir: Path
+    cwd: Path
+    pytest_args: Sequence[str]
+    env: dict[str, str]
+    python: str = "python"
+    timeout: float = 1800
+    test_timeout: float = 300
+    max_attempts: int = 3
+
+
+class Executor:
+    def __init__(self, spec: ShardSpec, should_retry: Callable[[TestRecord], bool]) -> None:
+        self.spec = spec
+        self.should_retry = should_retry
+        self.processes = 0
+        self.spec.workdir.mkdir(parents=True, exist_ok=True)
+
+    def run(self) -> list[TestRecord]:
+        """Every attempt of every id; each id ends with exactly one final outcome."""
+        final = self._run_pinning_crashes(list(self.spec.ids))
+        attempts = list(final.values())
+        for record in list(final.values()):
+            if record.outcome in FAILING and self.should_retry(record):
+                attempts += self._retry(record)
+        return attempts
+
+    def _run_pinning_crashes(self, ids: list[str]) -> dict[str, TestRecord]:
+        results: dict[str, TestRecord] = {}
+        pending = ids
+        while pending:
+            process = self.run_pytest(pending, self.spec.timeout)
+            results.update({k: v for k, v in process.records.items() if k in pending})
+            if not process.died:
+                for node_id in pending:
+                    if node_id not in results:
+                        results[node_id] = TestRecord(
+                            node_id, "error", message="not collected: unknown test id"
+                        )
+                break
+            culprit = process.unfinished() or next(i for i in pending if i not in results)
+            results[culprit] = self._pin(culprit)
+            pending = [i for i in pending if i not in results]
+        return results
+
+    def _pin(self, node_id: str) -> TestRecord:
+        """Re-run a suspected crash or hang alone; its own outcome there is the verdict."""
+        alone = self.run_pytest([node_id], self.spec.test_timeout)
+        if node_id in alone.records:
+            return alone.records[node_id]
+        if alone.timed_out:
+            return TestRecord(
+                node_id,
+                "timed_out",
+                duration=self.spec.test_timeout,
+                message=f"timed out after {self.spec.test_timeout:.0f} s\n{alone.output_tail}",
+            )
+        return TestRecord(node_id, "crashed", message=_crash_message(alone))
+
+    def _retry(self, first: TestRecord) -> list[TestRecord]:
+        attempts = []
+        for attempt in range(2, self.spec.max_attempts + 1):
+            process = self.run_pytest([first.node_id], self.spec.test_timeout)
+            record = process.records.get(first.node_id) or TestRecord(
+                first.node_id,
+                "timed_out" if process.timed_out else "crashed",
+                message=_crash_message(process),
+            )
+            record.attempt = attempt
+            attempts.append(record)
+            if record.outcome not in FAILING:
+                break
+        return attempts
+
+    def run_pytest(self, ids: Sequence[str], timeout: float) -> ProcessResult:
+        """One pytest process over `ids`, killed with its process group on timeout."""
+        self.processes += 1
+        tag = f"p{self.processes:03d}"
+        ids_file = self.spec.workdir / f"{tag}.ids"
+        progress = self.spec.workdir / f"{tag}.progress.jsonl"
+        ids_file.write_text("".join(f"{node_id}\n" for node_id in ids))
+        command = [
+            self.spec.python, "-m", "pytest", f"@{ids_file}",
+            "-p", "runs.progress_plugin", f"--crcr-progress={progress}",
+            f"--junitxml={self.spec.workdir / f'{tag}.junit.xml'}",
+            "-p", "no:cacheprovider", "-q", "--no-header", "-rN",
+            *self.spec.pytest_args,
+        ]  # fmt: skip
+        log = self.spec.workdir / f"{tag}.log"
+        with log.open("wb") as output:
+            process = subprocess.Popen(
+                command,
+                cwd=self.spec.cwd,
+                env=self.spec.env,
+                stdout=output,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # its own process group, so a kill takes every child
+            )
+            exit_code, timed_out = self._watch(process, progress, timeout)
+        records, started = read_progress(progress)
+        tail = log.read_bytes()[-4000:].decode(errors="replace")
+        return ProcessResult(records, started, exit_code, timed_out, tail)
+
+    def _watch(
+        self, process: subprocess.Popen, progress: Path, timeout: float
+    ) -> tuple[int | None, bool]:
+        """Wait for the process; kill it when the shard or one test runs too long."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                return process.wait(timeout=WATCH_INTERVAL), False
+            except subprocess.TimeoutExpired:
+                pass
+            if time.monotonic() > deadline or _test_hangs(progress, self.spec.test_timeout):
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+                return None, True
+
+
+def _test_hangs(progress: Path, limit: float) -> bool:
+    """The last line is a test's start and nothing was written for `limit` seconds."""
+    try:
+        quiet = time.time() - progress.stat().st_mtime
+        if quiet < limit:
+            return False
+        with progress.open("rb") as stream:
+            stream.seek(max(0, progress.stat().st_size - 4096))
+            last = stream.read().splitlines()[-1]
+    except (OSError, IndexError):
+        return False
+    return b'"event": "start"' in last
+
+
+def read_progress(path: Path) -> tuple[dict[str, TestRecord], list[str]]:
+    """Finished tests (the worst phase wins) and the order tests started in."""
+    records: dict[str, TestRecord] = {}
+    started: list[str] = []
+    if not path.exists():
+        return records, started
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            entry = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # the last line of a killed process may be cut short
+        if entry.get("event") == "start":
+            started.append(entry["node_id"])
+            continue
+        record = TestRecord(
+            node_id=entry["node_id"],
+            outcome=entry["outcome"],
+            duration=entry.get("duration", 0.0),
+            message=entry.get("message", ""),
+            markers=entry.get("markers", []),
+            properties=entry.get("properties", []),
+        )
+        previous = records.get(record.node_id)
+        if previous is None or record.outcome in FAILING:
+            if previous is not None:
+                record.duration += previous.duration
+            records[record.node_id] = record
+    return records, started
+
+
+def _crash_message(process: ProcessResult) -> str:
+    if process.exit_code is not None and process.exit_code < 0:
+        name = signal.Signals(-process.exit_code).name
+        head = f"the test process was killed by signal {name} ({-process.exit_code})"
+    else:
+        head = f"the test process exited with status {process.exit_code} mid-test"
+    return f"{head}\n{process.output_tail}"

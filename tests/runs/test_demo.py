@@ -1,0 +1,24 @@
+"""The embedded demo leaves a dispatch, its verdict and its run to look at."""
+
+from django.core.management import call_command
+
+from runs.models import Dispatch, Run
+from tests.waiting import wait_for
+
+
+def test_the_demo_feeds_a_merged_pr_through_the_intake_once(
+    settings, tmp_path, celery_worker, capsys
+):
+    settings.VAR_DIR = tmp_path
+    settings.CRCR_UPSTREAM = f"git:{tmp_path / 'upstream'}"
+    call_command("demo")
+    run = wait_for(Run.objects.first, what="the demo run")
+    dispatch = Dispatch.objects.get()
+    assert dispatch.verdict == "accepted"
+    assert "PR #160000 merged into main" in dispatch.verdict_reason
+    assert run.trigger.dispatch == dispatch and run.job_name == "reference"
+    assert (tmp_path / "upstream" / ".git").is_dir()
+    call_command("demo")
+    assert Dispatch.objects.count() == 1 and Run.objects.count() == 1
+    out = capsys.readouterr().out
+    assert "sign in at http://127.0.0.1:8000/ as demo / crcr-demo" in out

@@ -1,0 +1,104 @@
+"""Crash pinning and retries in real pytest subprocesses (plain tests, no torch)."""
+
+import os
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from runs.executor import Executor, ShardSpec
+
+ROOT = Path(__file__).resolve().parents[2]
+
+PLANTED = textwrap.dedent(
+    """
+    import os, time
+    from pathlib import Path
+
+    def test_passes():
+        assert True
+
+    def test_fails():
+        assert 1 == 2, "consistently wrong"
+
+    def test_crashes():
+        os.abort()
+
+    def test_after_the_crash():
+        assert True
+
+    def test_hangs():
+        time.sleep(600)
+
+    def test_flaky(tmp_path_factory):
+        marker = Path(os.environ["FLAKY_MARKER"])
+        if not marker.exists():
+            marker.write_text("failed once")
+            assert False, "first run fails"
+
+    def test_last():
+        assert True
+    """
+)
+
+
+def run(tmp_path: Path, retry=lambda record: True, names=None) -> tuple[dict, list, Executor]:
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "test_planted.py").write_text(PLANTED)
+    names = names or ["passes", "fails", "crashes", "after_the_crash", "hangs", "flaky", "last"]
+    ids = [f"test_planted.py::test_{name}" for name in names]
+    env = dict(os.environ, FLAKY_MARKER=str(tmp_path / "flaky"), PYTHONPATH=str(ROOT))
+    spec = ShardSpec(
+        ids=ids,
+        workdir=tmp_path / "work",
+        cwd=tree,
+        pytest_args=["-p", "no:crcr_reuse", "-p", "no:django"],
+        env=env,
+        python=sys.executable,
+        timeout=60,
+        test_timeout=3,
+    )
+    executor = Executor(spec, should_retry=retry)
+    attempts = executor.run()
+    final = {}
+    for record in sorted(attempts, key=lambda r: r.attempt):
+        final[record.node_id.split("::")[1].removeprefix("test_")] = record
+    return final, attempts, executor
+
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory):
+    return run(tmp_path_factory.mktemp("planted"))
+
+
+def test_every_test_gets_its_real_outcome_despite_a_crash_and_a_hang(planted):
+    final, attempts, _ = planted
+    outcomes = {name: record.outcome for name, record in final.items()}
+    assert outcomes == {
+        "passes": "passed",
+        "fails": "failed",
+        "crashes": "crashed",
+        "after_the_crash": "passed",
+        "hangs": "timed_out",
+        "flaky": "passed",
+        "last": "passed",
+    }
+    assert "SIGABRT" in final["crashes"].message
+    assert "consistently wrong" in final["fails"].message
+
+
+def test_a_failure_is_retried_alone_and_a_pass_on_retry_shows_it_flaky(planted):
+    _, attempts, _ = planted
+    by_test: dict[str, list[str]] = {}
+    for record in attempts:
+        by_test.setdefault(record.node_id.split("::")[1], []).append(record.outcome)
+    assert by_test["test_flaky"] == ["failed", "passed"]
+    assert by_test["test_fails"] == ["failed", "failed", "failed"]
+    assert by_test["test_passes"] == ["passed"]
+
+
+def test_failures_the_caller_does_not_want_retried_run_once(tmp_path):
+    _, attempts, _ = run(tmp_path, retry=lambda record: False, names=["passes", "fails"])
+    assert sum(r.node_id.endswith("test_fails") for r in attempts) == 1
