@@ -1,0 +1,606 @@
+"""CRCR relay callbacks, schema version "1": bodies, validation, tokens, sending, retries.
+
+Imports nothing from Django: the bridge (`python -m runs.bridge`) runs this module on a
+GitHub Actions runner with only the standard library, and the relay simulator, crcr's
+outbox and users' own scripts share it. Where each rule comes from is in `runs/RELAY.md`.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import random
+import re
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+SCHEMA_VERSION = "1"
+AUDIENCE = "pytorch-cross-repo-ci-relay"
+CALLBACK_PATH = "/github/callback"
+STATUSES = ("in_progress", "completed")
+CONCLUSIONS = ("success", "failure", "cancelled", "timed_out")
+SELF_REPORT_EVENT_TYPES = ("nightly", "periodic")
+TRIAGE_CATEGORIES = ("upstream", "backend", "infra", "flake", "unknown")
+TRIAGE_CONFIDENCES = ("high", "medium", "low")
+TEST_COUNTS = ("passed", "failed", "skipped", "total")
+
+MAX_FAILED_TESTS = 1000
+MAX_MESSAGE_BYTES = 1024
+MAX_STACKTRACE_BYTES = 4096
+MAX_NAME_BYTES = 1024
+MAX_TRIAGE_SUMMARY = 1000
+# The HUD's body parser refuses more than 2 MB, and the relay passes that 413 back.
+MAX_BODY_BYTES = 2 * 1024 * 1024
+ELLIPSIS = "…"
+
+_SHA = re.compile(r"^[0-9a-f]{40}$")
+_DIGITS = re.compile(r"^[0-9]+$")
+
+Status = Literal["in_progress", "completed"]
+Outcome = Literal["delivered", "refused", "retry"]
+
+
+# --- bodies -------------------------------------------------------------------------------
+
+
+def iso8601(value: datetime | str | None) -> str | None:
+    """A timestamp as ISO 8601 UTC (`2026-05-04T20:48:28Z`); naive datetimes are taken as UTC."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        _parse_iso(value)  # raises ValueError on a malformed string
+        return value
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def conclusion_for(test_results: Mapping[str, int] | None) -> str:
+    """`success` only when tests ran and none failed: a run that collected nothing failed."""
+    if test_results and test_results.get("total", 0) > 0 and test_results.get("failed", 0) == 0:
+        return "success"
+    return "failure"
+
+
+def build_callback(
+    client_payload: Mapping[str, Any],
+    *,
+    status: Status,
+    name: str,
+    url: str,
+    run_id: str | int,
+    run_attempt: str | int,
+    job_name: str,
+    check_run_id: str | int,
+    started_at: datetime | str,
+    conclusion: str | None = None,
+    completed_at: datetime | str | None = None,
+    test_results: Mapping[str, int] | None = None,
+    artifact_url: str | None = None,
+    failed_tests_detail: list[Mapping[str, Any]] | None = None,
+    triage_verdict: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The body of one callback: the dispatch's client_payload echoed, plus `workflow`.
+
+    Steps: echo `event_type`, `delivery_id` and `payload`; fix the conclusion (null while in
+    progress; `success` downgraded to `failure` unless tests ran and none failed; derived
+    from the counts when not given); cap failure details (1000 entries, message 1 KB from its
+    start, stacktrace 4 KB from its end); drop trailing details until the body fits in 2 MB.
+    """
+    if status not in STATUSES:
+        raise ValueError(f"status must be one of {', '.join(STATUSES)}, not {status!r}")
+    results = _test_results(test_results) if test_results is not None else None
+    if status == "in_progress":
+        if conclusion is not None:
+            raise ValueError("an in_progress callback has no conclusion")
+        completed_at = None
+    else:
+        if conclusion is None:
+            conclusion = conclusion_for(results)
+        if conclusion not in CONCLUSIONS:
+            raise ValueError(f"conclusion must be one of {', '.join(CONCLUSIONS)}")
+        if conclusion == "success":
+            conclusion = conclusion_for(results)
+        completed_at = completed_at or datetime.now(UTC)
+    workflow: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "status": status,
+        "conclusion": conclusion,
+        "name": name,
+        "url": url,
+        "run_id": str(run_id),
+        "run_attempt": str(run_attempt),
+        "job_name": job_name,
+        "check_run_id": str(check_run_id),
+        "started_at": iso8601(started_at),
+        "completed_at": iso8601(completed_at),
+        "test_results": results,
+        "artifact_url": artifact_url,
+    }
+    if failed_tests_detail is not None:
+        workflow["failed_tests_detail"] = [
+            _failed_test(entry) for entry in failed_tests_detail[:MAX_FAILED_TESTS]
+        ]
+    if triage_verdict is not None:
+        workflow["triage_verdict"] = _triage_verdict(triage_verdict)
+    body = {
+        "event_type": client_payload["event_type"],
+        "delivery_id": client_payload["delivery_id"],
+        "payload": client_payload["payload"],
+        "workflow": workflow,
+    }
+    _fit(body)
+    return body
+
+
+def nightly_payload(
+    pytorch_sha: str,
+    *,
+    event_type: str = "nightly",
+    upstream_repo: str = "pytorch/pytorch",
+    ref: str | None = None,
+) -> dict[str, Any]:
+    """The client_payload of a self-reported nightly or release run: no dispatch exists.
+
+    The relay takes `delivery_id` = the PyTorch SHA and the HUD reads `payload.head_sha`.
+    """
+    if not _SHA.match(pytorch_sha):
+        raise ValueError("a nightly self-report needs the 40-hex PyTorch SHA it tested")
+    if event_type not in SELF_REPORT_EVENT_TYPES:
+        raise ValueError(f"event_type must be one of {', '.join(SELF_REPORT_EVENT_TYPES)}")
+    payload: dict[str, Any] = {"repository": {"full_name": upstream_repo}, "head_sha": pytorch_sha}
+    if ref:
+        payload["ref"] = ref
+    return {"event_type": event_type, "delivery_id": pytorch_sha, "payload": payload}
+
+
+def _test_results(results: Mapping[str, int]) -> dict[str, int]:
+    counts = {key: results.get(key) for key in ("passed", "failed", "skipped")}
+    counts["total"] = results.get("total")
+    if counts["total"] is None:
+        counts["total"] = sum(int(counts[key] or 0) for key in ("passed", "failed", "skipped"))
+    for key, value in counts.items():
+        if not _count(value):
+            raise ValueError(f"test_results.{key} must be a non-negative integer")
+    return {key: int(value) for key, value in counts.items() if value is not None}
+
+
+def _failed_test(entry: Mapping[str, Any]) -> dict[str, Any]:
+    if not entry.get("name"):
+        raise ValueError("each failed test needs a name")
+    duration = entry.get("duration")
+    return {
+        "name": keep_start(str(entry["name"]), MAX_NAME_BYTES),
+        "classname": keep_start(str(entry.get("classname") or ""), MAX_NAME_BYTES),
+        "message": keep_start(str(entry.get("message") or ""), MAX_MESSAGE_BYTES),
+        "stacktrace": keep_end(str(entry.get("stacktrace") or ""), MAX_STACKTRACE_BYTES),
+        "duration": None if duration is None else round(float(duration), 3),
+    }
+
+
+def _triage_verdict(verdict: Mapping[str, Any]) -> dict[str, Any]:
+    """The relay's triage shape: schema_version 1, category, a confidence label, summary.
+
+    crcr scores confidence from 0 to 1; the relay wants high/medium/low, so the score is
+    mapped to a label and kept beside it as `confidence_score` (the relay ignores unknown keys).
+    """
+    category = verdict.get("category")
+    if category not in TRIAGE_CATEGORIES:
+        raise ValueError(f"triage category must be one of {', '.join(TRIAGE_CATEGORIES)}")
+    confidence = verdict.get("confidence")
+    score: float | None = None
+    if isinstance(confidence, int | float) and not isinstance(confidence, bool):
+        if not 0 <= confidence <= 1:
+            raise ValueError("triage confidence must lie between 0 and 1")
+        score = float(confidence)
+        confidence = "high" if score >= 0.8 else "medium" if score >= 0.5 else "low"
+    if confidence not in TRIAGE_CONFIDENCES:
+        raise ValueError("triage confidence must be a number from 0 to 1 or high/medium/low")
+    summary = str(verdict.get("summary") or "").strip()
+    if not summary:
+        raise ValueError("a triage verdict needs a summary")
+    out: dict[str, Any] = {
+        "schema_version": 1,
+        "category": category,
+        "confidence": confidence,
+        "summary": summary[:MAX_TRIAGE_SUMMARY],
+    }
+    if score is not None:
+        out["confidence_score"] = round(score, 3)
+    for key in ("suspected_upstream", "evidence", "reproduced_on_retry", "analyzer", "analyzed_at"):
+        if verdict.get(key) is not None:
+            out[key] = verdict[key]
+    return out
+
+
+def _fit(body: dict[str, Any]) -> None:
+    """Drop failure details from the end until the body is under the HUD's 2 MB."""
+    details = body["workflow"].get("failed_tests_detail")
+    if not details or _size(body) <= MAX_BODY_BYTES:
+        return
+    body["workflow"]["failed_tests_detail"] = []
+    room = MAX_BODY_BYTES - _size(body)
+    keep = 0
+    for entry in details:
+        room -= _size(entry) + 2  # the ", " separating list items
+        if room < 0:
+            break
+        keep += 1
+    while True:
+        body["workflow"]["failed_tests_detail"] = details[:keep]
+        if keep == 0 or _size(body) <= MAX_BODY_BYTES:
+            return
+        keep -= 1
+
+
+def _size(value: Any) -> int:
+    return len(json.dumps(value).encode())
+
+
+def keep_start(text: str, max_bytes: int) -> str:
+    """`text` cut to `max_bytes` of UTF-8, keeping its start and marking the cut."""
+    data = text.encode()
+    if len(data) <= max_bytes:
+        return text
+    room = max_bytes - len(ELLIPSIS.encode())
+    return data[:room].decode(errors="ignore") + ELLIPSIS
+
+
+def keep_end(text: str, max_bytes: int) -> str:
+    """`text` cut to `max_bytes` of UTF-8, keeping its end: a traceback ends with the error."""
+    data = text.encode()
+    if len(data) <= max_bytes:
+        return text
+    room = max_bytes - len(ELLIPSIS.encode())
+    return ELLIPSIS + data[len(data) - room :].decode(errors="ignore")
+
+
+# --- validation ---------------------------------------------------------------------------
+
+
+def validate_callback(body: Any) -> list[str]:
+    """Every problem with a callback body, each naming its field; empty when it is valid."""
+    if not isinstance(body, dict):
+        return ["body: must be a JSON object"]
+    problems = [
+        f"{key}: must be a non-empty string"
+        for key in ("event_type", "delivery_id")
+        if not _text(body.get(key))
+    ]
+    if not isinstance(body.get("payload"), dict):
+        problems.append("payload: must be an object (the dispatch's payload, echoed)")
+    workflow = body.get("workflow")
+    if not isinstance(workflow, dict):
+        return [*problems, "workflow: must be an object"]
+    problems += _workflow_problems(workflow)
+    if body.get("event_type") in SELF_REPORT_EVENT_TYPES:
+        if workflow.get("status") != "completed":
+            problems.append("workflow.status: a nightly self-report sends only `completed`")
+        if not _SHA.match(str(body.get("delivery_id"))):
+            problems.append("delivery_id: a nightly self-report uses the 40-hex PyTorch SHA")
+    if not problems and _size(body) > MAX_BODY_BYTES:
+        problems.append(f"body: larger than {MAX_BODY_BYTES} bytes")
+    return problems
+
+
+def _workflow_problems(wf: dict[str, Any]) -> list[str]:
+    problems = []
+    if wf.get("schema_version") != SCHEMA_VERSION:
+        problems.append(f'workflow.schema_version: must be "{SCHEMA_VERSION}"')
+    status = wf.get("status")
+    if status not in STATUSES:
+        problems.append(f"workflow.status: must be one of {', '.join(STATUSES)}")
+    if status == "in_progress" and wf.get("conclusion") is not None:
+        problems.append("workflow.conclusion: must be null while in progress")
+    if status == "completed" and wf.get("conclusion") not in CONCLUSIONS:
+        problems.append(f"workflow.conclusion: must be one of {', '.join(CONCLUSIONS)}")
+    for key in ("name", "url", "job_name", "check_run_id"):
+        if not _text(wf.get(key)):
+            problems.append(f"workflow.{key}: must be a non-empty string")
+    for key in ("run_id", "run_attempt"):
+        if not isinstance(wf.get(key), str) or not _DIGITS.match(wf[key]):
+            problems.append(f"workflow.{key}: must be a string of digits")
+    if not _timestamp(wf.get("started_at")):
+        problems.append("workflow.started_at: must be an ISO 8601 timestamp")
+    if status == "completed" and not _timestamp(wf.get("completed_at")):
+        problems.append("workflow.completed_at: must be an ISO 8601 timestamp")
+    if status == "in_progress" and wf.get("completed_at") is not None:
+        problems.append("workflow.completed_at: must be null while in progress")
+    results = wf.get("test_results")
+    if results is not None and not (
+        isinstance(results, dict) and all(_count(results.get(key)) for key in TEST_COUNTS)
+    ):
+        problems.append(
+            "workflow.test_results: must hold non-negative integers " + ", ".join(TEST_COUNTS)
+        )
+    elif wf.get("conclusion") == "success" and conclusion_for(results) != "success":
+        problems.append(
+            "workflow.conclusion: success needs test_results with total > 0 and failed == 0"
+        )
+    artifact_url = wf.get("artifact_url")
+    if artifact_url is not None and not _http_url(artifact_url):
+        problems.append("workflow.artifact_url: must be an http(s) URL or null")
+    problems += _details_problems(wf.get("failed_tests_detail"))
+    problems += _triage_problems(wf.get("triage_verdict"))
+    return problems
+
+
+def _details_problems(details: Any) -> list[str]:
+    if details is None:
+        return []
+    if not isinstance(details, list):
+        return ["workflow.failed_tests_detail: must be a list"]
+    problems = []
+    if len(details) > MAX_FAILED_TESTS:
+        problems.append(f"workflow.failed_tests_detail: at most {MAX_FAILED_TESTS} entries")
+    for index, entry in enumerate(details):
+        where = f"workflow.failed_tests_detail[{index}]"
+        if not isinstance(entry, dict) or not _text(entry.get("name")):
+            problems.append(f"{where}.name: must be a non-empty string")
+            continue
+        for key, limit in (("message", MAX_MESSAGE_BYTES), ("stacktrace", MAX_STACKTRACE_BYTES)):
+            if len(str(entry.get(key) or "").encode()) > limit:
+                problems.append(f"{where}.{key}: longer than {limit} bytes")
+        duration = entry.get("duration")
+        if duration is not None and (not isinstance(duration, int | float) or duration < 0):
+            problems.append(f"{where}.duration: must be a non-negative number or null")
+    return problems
+
+
+def _triage_problems(verdict: Any) -> list[str]:
+    if verdict is None:
+        return []
+    if not isinstance(verdict, dict):
+        return ["workflow.triage_verdict: must be an object"]
+    problems = []
+    if verdict.get("category") not in TRIAGE_CATEGORIES:
+        problems.append(f"workflow.triage_verdict.category: one of {', '.join(TRIAGE_CATEGORIES)}")
+    if verdict.get("confidence") not in TRIAGE_CONFIDENCES:
+        problems.append("workflow.triage_verdict.confidence: one of high, medium, low")
+    summary = verdict.get("summary")
+    if not isinstance(summary, str) or not summary.strip() or len(summary) > MAX_TRIAGE_SUMMARY:
+        problems.append(f"workflow.triage_verdict.summary: 1 to {MAX_TRIAGE_SUMMARY} characters")
+    return problems
+
+
+def _text(value: Any) -> bool:
+    return isinstance(value, str) and bool(value.strip())
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _http_url(value: Any) -> bool:
+    parts = urllib.parse.urlsplit(value) if isinstance(value, str) else None
+    return bool(parts and parts.scheme in ("http", "https") and parts.netloc)
+
+
+def _parse_iso(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def _timestamp(value: Any) -> bool:
+    if not isinstance(value, str):
+        return False
+    try:
+        _parse_iso(value)
+    except ValueError:
+        return False
+    return True
+
+
+# --- tokens -------------------------------------------------------------------------------
+
+
+class TokenError(Exception):
+    """No bearer token could be had; `retryable` when asking again later may work."""
+
+    def __init__(self, message: str, *, retryable: bool = False) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+
+
+class TokenProvider(Protocol):
+    def token(self) -> str | None: ...
+
+
+class NoTokenProvider:
+    """Send no Authorization header (a relay simulator started without tokens)."""
+
+    def token(self) -> str | None:
+        return None
+
+
+class StaticTokenProvider:
+    """A bearer token read from a secret file, re-read on every call so rotation works."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+
+    def token(self) -> str:
+        try:
+            value = self.path.read_text().strip()
+        except OSError as error:
+            raise TokenError(f"cannot read the relay token file {self.path}: {error}") from None
+        if not value:
+            raise TokenError(f"the relay token file {self.path} is empty")
+        return value
+
+
+class GitHubOIDCTokenProvider:
+    """A fresh GitHub Actions OIDC token for the relay's audience, minted per callback.
+
+    The Actions runtime hands a job that holds `permissions: id-token: write` a request URL
+    and bearer token; the ID token lives a few minutes, so one is asked for per send.
+    """
+
+    def __init__(
+        self,
+        audience: str = AUDIENCE,
+        *,
+        environ: Mapping[str, str] | None = None,
+        timeout: float = 10.0,
+    ) -> None:
+        self.audience, self.environ, self.timeout = audience, environ, timeout
+
+    def token(self) -> str:
+        env = os.environ if self.environ is None else self.environ
+        request_url = env.get("ACTIONS_ID_TOKEN_REQUEST_URL")
+        request_token = env.get("ACTIONS_ID_TOKEN_REQUEST_TOKEN")
+        if not request_url or not request_token:
+            raise TokenError(
+                "no GitHub Actions OIDC token: ACTIONS_ID_TOKEN_REQUEST_URL and "
+                "ACTIONS_ID_TOKEN_REQUEST_TOKEN are not set. Run inside a GitHub Actions job "
+                "whose permissions include `id-token: write`, or use a token file."
+            )
+        separator = "&" if "?" in request_url else "?"
+        url = f"{request_url}{separator}audience={urllib.parse.quote(self.audience, safe='')}"
+        request = urllib.request.Request(
+            url, headers={"Authorization": f"Bearer {request_token}", "Accept": "application/json"}
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                value = json.loads(response.read()).get("value")
+        except urllib.error.HTTPError as error:
+            raise TokenError(
+                f"the Actions token endpoint answered {error.code}", retryable=error.code >= 500
+            ) from None
+        except (OSError, http.client.HTTPException) as error:
+            raise TokenError(
+                f"the Actions token endpoint is unreachable: {error}", retryable=True
+            ) from None
+        except (ValueError, AttributeError):
+            raise TokenError(
+                "the Actions token endpoint answered something other than JSON"
+            ) from None
+        if not isinstance(value, str) or not value:
+            raise TokenError("the Actions token endpoint answered without a `value`")
+        return value
+
+
+def provider_from_spec(spec: str) -> TokenProvider:
+    """`oidc`, `file:/path/to/secret` or `none`."""
+    if spec == "oidc":
+        return GitHubOIDCTokenProvider()
+    if spec == "none":
+        return NoTokenProvider()
+    if spec.startswith("file:") and len(spec) > len("file:"):
+        return StaticTokenProvider(spec[len("file:") :])
+    raise ValueError(f"token spec must be `oidc`, `file:/path` or `none`, not {spec!r}")
+
+
+# --- sending ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What the relay said: `status` is None when no HTTP answer came (network error)."""
+
+    status: int | None
+    text: str
+    retryable: bool
+    retry_after: float | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status is not None and 200 <= self.status < 300
+
+    @property
+    def ambiguous(self) -> bool:
+        """The relay may have recorded the transition even though the answer says otherwise."""
+        return self.status is None or self.status >= 500
+
+    @property
+    def ignored(self) -> bool:
+        """The relay took it but does nothing with it: the repository is below level L2."""
+        return self.ok and self.json().get("status") == "ignored"
+
+    @property
+    def refuses_transition(self) -> bool:
+        """A 400 for a repeated or out-of-order transition (the relay's wording)."""
+        return self.status == 400 and "invalid state transition" in self.text
+
+    def json(self) -> dict[str, Any]:
+        try:
+            value = json.loads(self.text)
+        except ValueError:
+            return {}
+        return value if isinstance(value, dict) else {}
+
+    @property
+    def detail(self) -> str:
+        return str(self.json().get("detail") or self.text or "no answer").strip()
+
+    def describe(self) -> str:
+        return f"{self.status or 'no answer'}: {self.detail}"
+
+
+def send(
+    url: str, body: Mapping[str, Any], token_provider: TokenProvider, timeout: float = 30.0
+) -> Answer:
+    """POST one callback; retryable only for 429, 5xx and network errors."""
+    headers = {"Content-Type": "application/json", "Accept": "application/json"}
+    token = token_provider.token()
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    data = json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, headers=headers, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return Answer(response.status, response.read().decode(errors="replace"), False)
+    except urllib.error.HTTPError as error:
+        text = error.read().decode(errors="replace")
+        retryable = error.code == 429 or error.code >= 500
+        return Answer(
+            error.code, text, retryable, parse_retry_after(error.headers.get("Retry-After"))
+        )
+    except (OSError, http.client.HTTPException) as error:
+        reason = getattr(error, "reason", None) or error
+        return Answer(None, f"network error: {reason}", True)
+
+
+def parse_retry_after(value: str | None, now: datetime | None = None) -> float | None:
+    """Seconds from a Retry-After header, in either of its forms (seconds or an HTTP date)."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
+
+
+def backoff(
+    attempt: int, base: float = 2.0, cap: float = 600.0, jitter: Callable[[], float] = random.random
+) -> float:
+    """Seconds to wait before retry `attempt` (0-based): exponential with full jitter."""
+    return jitter() * min(cap, base * 2 ** min(attempt, 32))
+
+
+def settle(answer: Answer, *, after_ambiguous: bool) -> Outcome:
+    """What an answer means for the outbox row that sent it.
+
+    A transition refused as repeated, after an earlier attempt whose answer was lost (5xx or
+    no answer), means that earlier attempt landed: the row is delivered, not refused.
+    """
+    if answer.ok:
+        return "delivered"
+    if answer.retryable:
+        return "retry"
+    if after_ambiguous and answer.refuses_transition:
+        return "delivered"
+    return "refused"
