@@ -1,0 +1,410 @@
+"""Hooks into torch's device-type test machinery (``common_device_type``), per generic test.
+
+How: before any test file is imported, the backend's module is imported (so
+``PrivateUse1TestBase`` exists), ``PrivateUse1TestBase.setUpClass()`` runs once
+(so class names stay ``...PRIVATEUSEONE``), and two functions are wrapped:
+- ``PrivateUse1TestBase.instantiate_test``: for each generic test, ask the rules
+  (``matching.py``); a ``skip`` test is not generated at all (its variants are
+  only counted); otherwise a copy of the test gets filtered ``@dtypes`` lists and
+  a filtered parametrization (ops, modules, OpInfo dtypes, extra dtypes, per-dtype
+  tolerances), the original instantiation runs, and every generated function is
+  annotated with a ``VariantMeta`` (op, dtype, module, decision);
+- ``instantiate_device_type_tests``: records classes that upstream instantiates
+  only for other devices (``only_for``/``except_for``), so they are reported.
+This is the portable path; it does not depend on torch 2.13's
+``set_test_configs`` hooks.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import importlib
+import os
+import sys
+import types
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from .matching import Decision, Rules, VariantFilter
+from .sharding import ShardFilter
+
+ONLY_FOR_ENV = "PYTORCH_TESTING_DEVICE_ONLY_FOR"
+
+
+@dataclass
+class VariantMeta:
+    """What one generated test is: its generic identity, op, dtypes, module, decision."""
+
+    file: str
+    generic_class: str
+    generic_test: str
+    variant: str
+    decision: Decision
+    op: str | None = None
+    dtypes: tuple[str, ...] = ()
+    module: str | None = None
+    params: dict[str, str] = field(default_factory=dict)
+    forced_xfail: str | None = None
+
+
+@dataclass
+class CollectionStats:
+    generated: int = 0
+    skipped_generic: int = 0
+    skipped_variants: int = 0
+    filtered_variants: int = 0
+    not_instantiated: list[dict[str, Any]] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def prepare_device(device_module: str) -> str:
+    """Import the backend's module before torch.testing; return the backend name."""
+    os.environ.setdefault(ONLY_FOR_ENV, "privateuse1")
+    importlib.import_module(device_module)
+    import torch
+
+    name = torch._C._get_privateuse1_backend_name()
+    backend = getattr(torch, name, None)
+    if backend is None or not backend.is_available():
+        raise RuntimeError(
+            f"importing {device_module!r} did not register an available PrivateUse1 backend "
+            f"(torch.{name} is missing or not available)"
+        )
+    return name
+
+
+def dtype_name(dtype: Any) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+class DeviceTypeHooks:
+    """Installs the wrappers and applies the rules while test files are imported."""
+
+    def __init__(self, rules: Rules, shard: ShardFilter | None = None):
+        self.rules = rules
+        self.shard = shard
+        self.stats = CollectionStats()
+
+    def install(self) -> None:
+        from torch.testing._internal import common_device_type as cdt
+        from torch.testing._internal import common_utils
+
+        base = cdt.PrivateUse1TestBase
+        backend = _backend_name()
+        if base not in cdt.device_type_test_bases:
+            # torch.testing was imported before the backend existed: add the base now.
+            cdt.device_type_test_bases.append(base)
+        for module in (common_utils, cdt):
+            if backend not in module.NATIVE_DEVICES:
+                module.NATIVE_DEVICES = (*module.NATIVE_DEVICES, backend)
+        base.setUpClass()  # fixes device_type (and so class names) before any test file
+        original = cdt.DeviceTypeTestBase.instantiate_test.__func__
+        if getattr(base.instantiate_test, "_crcr_hook", False):
+            return
+        hooks = self
+
+        def instantiate_test(cls: type, name: str, test: Any, *, generic_cls: Any = None) -> None:
+            hooks.instantiate(original, cls, name, test, generic_cls)
+
+        instantiate_test._crcr_hook = True  # type: ignore[attr-defined]
+        base.instantiate_test = classmethod(instantiate_test)
+        cdt.instantiate_device_type_tests = self._wrap_instantiate_all(
+            cdt.instantiate_device_type_tests
+        )
+
+    def _wrap_instantiate_all(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        from torch.testing._internal import common_device_type as cdt
+
+        @functools.wraps(original)
+        def instantiate_device_type_tests(
+            generic_test_class: type, scope: Any, *args: Any, **kwargs: Any
+        ) -> Any:
+            names = ("except_for", "only_for", "include_lazy", "allow_mps", "allow_xpu")
+            options = dict(zip(names, args, strict=False)) | kwargs
+            bases = cdt.get_desired_device_type_test_bases(**options)
+            if not any(issubclass(b, cdt.PrivateUse1TestBase) for b in bases):
+                self._not_instantiated(generic_test_class, options)
+            return original(generic_test_class, scope, *args, **kwargs)
+
+        return instantiate_device_type_tests
+
+    def _not_instantiated(self, generic_cls: type, options: dict[str, Any]) -> None:
+        path = _source_file(generic_cls)
+        if path and self.rules.lists_file(path):
+            self.stats.not_instantiated.append(
+                {
+                    "file": path,
+                    "class": generic_cls.__name__,
+                    "only_for": _plain(options.get("only_for")),
+                    "except_for": _plain(options.get("except_for")),
+                    "tests": sorted(n for n in vars(generic_cls) if n.startswith("test")),
+                }
+            )
+
+    # -- per generic test -------------------------------------------------------
+
+    def instantiate(
+        self, original: Callable[..., Any], cls: Any, name: str, test: Any, generic_cls: Any
+    ) -> None:
+        path = _source_file(generic_cls)
+        file_rules = self.rules.for_file(path) if path else None
+        if file_rules is None:
+            return  # a test file the config does not list: nothing is generated
+        decision = file_rules.decide(generic_cls.__name__, name)
+        if self.shard is not None and not self.shard.wants_generic(path, cls.__name__, name):
+            return
+        if decision.mode == "skip":
+            self.stats.skipped_generic += 1
+            self.stats.skipped_variants += _count_variants(cls, test, generic_cls)
+            return
+        prepared = self._prepare(cls, test, decision.filters)
+        before = set(vars(cls))
+        original(cls, name, prepared, generic_cls=generic_cls)
+        for attr in sorted(set(vars(cls)) - before):
+            self._annotate(vars(cls)[attr], attr, path, generic_cls.__name__, name, decision)
+
+    def _prepare(self, cls: Any, test: Any, filters: VariantFilter) -> Any:
+        prepared = _clone(test)
+        dtypes = cls._get_dtypes(test)
+        if dtypes is not None:
+            kept = [
+                d for d in dtypes if all(filters.dtype_allowed(dtype_name(x)) for x in _flat(d))
+            ]
+            if all(not isinstance(d, (list, tuple)) for d in dtypes):
+                kept += [d for d in _torch_dtypes(filters.extra_dtypes) if d not in kept]
+            prepared.dtypes = {**test.dtypes, cls.device_type: kept, "privateuse1": kept}
+            inner = getattr(test, "parametrize_fn", None)
+            per_dtype = (
+                sum(1 for _ in inner(test, None, cls)) if _is_plain_parametrize(inner) else 1
+            )
+            self.stats.filtered_variants += (
+                len(dtypes) - len([d for d in kept if d in dtypes])
+            ) * per_dtype
+            prepared.tolerance_overrides = _tolerances(test, kept, filters, ())
+        if hasattr(test, "parametrize_fn"):
+            prepared.parametrize_fn = self._filtered(
+                _rebuild(test.parametrize_fn, filters), filters
+            )
+        return prepared
+
+    def _filtered(
+        self, parametrize_fn: Callable[..., Any], filters: VariantFilter
+    ) -> Callable[..., Any]:
+        stats = self.stats
+
+        def filtered(test: Any, generic_cls: Any, device_cls: Any) -> Iterator[Any]:
+            for variant, suffix, params, decorators in parametrize_fn(
+                test, generic_cls, device_cls
+            ):
+                if not _variant_allowed(params, filters):
+                    stats.filtered_variants += 1
+                    continue
+                op = params.get("op")
+                names = (op.name, op.full_name) if op is not None else ()
+                dtypes = [
+                    d for d in _flat(params.get("dtype", params.get("dtypes"))) if d is not None
+                ]
+                overrides = _tolerances(variant, dtypes, filters, names)
+                if overrides != getattr(variant, "tolerance_overrides", {}):
+                    variant = _clone(variant)
+                    variant.tolerance_overrides = overrides
+                yield variant, suffix, params, decorators
+
+        return filtered
+
+    def _annotate(
+        self, fn: Any, attr: str, path: str, cls_name: str, name: str, decision: Decision
+    ) -> None:
+        params = (fn.__defaults__ or ({},))[0] if isinstance(fn, types.FunctionType) else {}
+        params = params if isinstance(params, dict) else {}
+        op = params.get("op")
+        module = params.get("module_info")
+        dtypes = tuple(
+            dtype_name(d) for d in _flat(params.get("dtype", params.get("dtypes"))) if d is not None
+        )
+        op_names = (op.name, op.full_name) if op is not None else ()
+        fn._crcr_meta = VariantMeta(
+            file=path,
+            generic_class=cls_name,
+            generic_test=name,
+            variant=attr,
+            decision=decision,
+            op=op.full_name if op is not None else None,
+            dtypes=dtypes,
+            module=f"torch.{module.name}" if module is not None else None,
+            params={
+                k: str(v)
+                for k, v in params.items()
+                if k not in ("op", "module_info", "device", "devices", "dtype", "dtypes")
+            },
+            forced_xfail=decision.filters.forced_xfail(dtypes, op_names),
+        )
+        self.stats.generated += 1
+
+
+def _backend_name() -> str:
+    import torch
+
+    return torch._C._get_privateuse1_backend_name()
+
+
+def _source_file(cls: Any) -> str | None:
+    module = sys.modules.get(getattr(cls, "__module__", ""), None)
+    path = getattr(module, "__file__", None)
+    return os.path.realpath(path) if path else None
+
+
+def _plain(value: Any) -> Any:
+    if value is None or isinstance(value, str):
+        return value
+    return list(value)
+
+
+def _flat(value: Any) -> list[Any]:
+    if isinstance(value, (list, tuple)):
+        return list(value)
+    return [value]
+
+
+def _torch_dtypes(names: list[str]) -> list[Any]:
+    import torch
+
+    return [getattr(torch, name) for name in names if hasattr(torch, name)]
+
+
+def _clone(fn: Any) -> Any:
+    """A copy of a test function whose attributes can change without touching the original."""
+    if isinstance(fn, types.FunctionType):
+        clone = types.FunctionType(
+            fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__
+        )
+        clone.__dict__.update(fn.__dict__)
+        clone.__kwdefaults__ = fn.__kwdefaults__
+        clone.__qualname__ = fn.__qualname__
+        clone.__module__ = fn.__module__
+        clone.__doc__ = fn.__doc__
+        return clone
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        return fn(*args, **kwargs)
+
+    return wrapper
+
+
+def _tolerances(
+    test: Any, dtypes: list[Any], filters: VariantFilter, op_names: tuple[str, ...]
+) -> dict[Any, Any]:
+    from torch.testing._internal.common_device_type import tol
+
+    overrides = dict(getattr(test, "tolerance_overrides", {}))
+    for dtype in dtypes:
+        if isinstance(dtype, (list, tuple)):
+            continue
+        precision = filters.tolerance(dtype_name(dtype), op_names)
+        if precision is not None:
+            current = overrides.get(dtype)
+            atol = (
+                precision.atol if precision.atol is not None else (current.atol if current else 0.0)
+            )
+            rtol = (
+                precision.rtol if precision.rtol is not None else (current.rtol if current else 0.0)
+            )
+            overrides[dtype] = tol(atol=atol, rtol=rtol)
+    return overrides
+
+
+def _variant_allowed(params: dict[str, Any], filters: VariantFilter) -> bool:
+    op = params.get("op")
+    names = (op.name, op.full_name) if op is not None else ()
+    if op is not None and not filters.op_allowed(names):
+        return False
+    module = params.get("module_info")
+    if module is not None and not filters.module_allowed(module.name):
+        return False
+    for dtype in _flat(params.get("dtype", params.get("dtypes"))):
+        if dtype is not None and not filters.dtype_allowed(dtype_name(dtype), names):
+            return False
+    return True
+
+
+def _is_plain_parametrize(fn: Any) -> bool:
+    from torch.testing._internal.common_utils import parametrize
+
+    return isinstance(getattr(fn, "__self__", None), parametrize)
+
+
+def _rebuild(parametrize_fn: Any, filters: VariantFilter) -> Any:
+    """Rebuild a (possibly composed) parametrization with filtered op / module lists."""
+    from torch.testing._internal.common_device_type import ops
+    from torch.testing._internal.common_modules import modules
+    from torch.testing._internal.common_utils import compose_parametrize_fns
+
+    owner = getattr(parametrize_fn, "__self__", None)
+    if isinstance(owner, ops):
+        clone = copy.copy(owner)
+        clone.op_list = _filtered_ops(owner, filters)
+        return clone._parametrize_test if clone.op_list else _nothing
+    if isinstance(owner, modules):
+        clone = copy.copy(owner)
+        clone.module_info_list = [
+            m for m in owner.module_info_list if filters.module_allowed(m.name)
+        ]
+        return clone._parametrize_test
+    defaults = getattr(parametrize_fn, "__defaults__", None)
+    if (
+        getattr(parametrize_fn, "__name__", "") == "composite_fn"
+        and defaults
+        and len(defaults) == 2
+    ):
+        return compose_parametrize_fns(
+            _rebuild(defaults[0], filters), _rebuild(defaults[1], filters)
+        )
+    return parametrize_fn
+
+
+def _nothing(test: Any, generic_cls: Any, device_cls: Any) -> Iterator[Any]:
+    return iter(())
+
+
+def _filtered_ops(owner: Any, filters: VariantFilter) -> list[Any]:
+    """Allowed ops of an ``@ops`` list, plus ``edits.ops.include`` ops it lacks (from op_db)."""
+    from torch.testing._internal.common_device_type import OpDTypes
+
+    kept = [op for op in owner.op_list if filters.op_allowed((op.name, op.full_name))]
+    present = {n for op in owner.op_list for n in (op.name, op.full_name)}
+    missing = [name for name in filters.include_ops if name not in present]
+    if missing:
+        from torch.testing._internal.common_methods_invocations import op_db
+
+        kept += [op for op in op_db if op.name in missing or op.full_name in missing]
+    if owner.opinfo_dtypes == OpDTypes.supported and filters.extra_dtypes:
+        kept = [_with_extra_dtypes(op, filters.extra_dtypes) for op in kept]
+    return kept
+
+
+def _with_extra_dtypes(op: Any, extra: list[str]) -> Any:
+    """An OpInfo copy that also declares the included dtypes for this backend."""
+    backend = _backend_name()
+    declared = set(op.supported_dtypes(backend))
+    wanted = declared | set(_torch_dtypes(extra))
+    if wanted == declared:
+        return op
+    clone = copy.copy(op)
+    clone.dtypesIf = {**op.dtypesIf, backend: wanted}
+    return clone
+
+
+def _count_variants(cls: Any, test: Any, generic_cls: Any) -> int:
+    """How many tests upstream would generate for this device (without generating them)."""
+    parametrize_fn = getattr(test, "parametrize_fn", None)
+    try:
+        inner = sum(1 for _ in parametrize_fn(test, generic_cls, cls)) if parametrize_fn else 1
+    except Exception:  # counting must never break collection
+        inner = 1
+    dtypes = cls._get_dtypes(test)
+    return inner * (len(dtypes) if dtypes is not None else 1)

@@ -1,0 +1,226 @@
+"""Which config entry, mode and edits apply to a test, and which variants survive.
+
+A test is keyed by (file, generic class, generic test name), never by node id.
+Order of precedence:
+1. files entries naming the file exactly come before glob entries, in config order;
+2. within them, a literal name beats a regex; among equals the first entry wins;
+3. a test no entry names gets the file's ``unlisted_test_mode`` (default ``skip``).
+Variant rules (``VariantFilter``): an excluded dtype/op/module is dropped; an
+included one is kept even if the global list lacks it; otherwise the global
+``supported_*`` lists, when present, decide; an op's own ``dtypes`` narrow its
+dtypes further.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .schema import (
+    Config,
+    DtypeSpec,
+    Edits,
+    FileEntry,
+    GlobalSection,
+    ModuleSpec,
+    NamePattern,
+    OpSpec,
+    Precision,
+    TestEntry,
+)
+
+
+class VariantFilter:
+    """Decides which op / dtype / module variants of one generic test are generated."""
+
+    def __init__(self, global_: GlobalSection, edits: Edits | None = None):
+        edits = edits or Edits()
+        self.global_dtypes = _by_name(global_.supported_dtypes)
+        self.global_ops = _by_name(global_.supported_ops)
+        self.global_modules = (
+            None
+            if global_.supported_modules is None
+            else {m.short: m for m in global_.supported_modules}
+        )
+        self.include_dtypes: dict[str, DtypeSpec] = {d.name: d for d in edits.dtypes.include}
+        self.exclude_dtypes = {d.name for d in edits.dtypes.exclude}
+        self.include_ops: dict[str, OpSpec] = {o.name: o for o in edits.ops.include}
+        self.exclude_ops = {o.name for o in edits.ops.exclude}
+        self.include_modules: dict[str, ModuleSpec] = {m.short: m for m in edits.modules.include}
+        self.exclude_modules = {m.short for m in edits.modules.exclude}
+
+    def op_spec(self, names: Iterable[str]) -> OpSpec | None:
+        for name in names:
+            if name in self.include_ops:
+                return self.include_ops[name]
+        for name in names:
+            if self.global_ops is not None and name in self.global_ops:
+                return self.global_ops[name]
+        return None
+
+    def op_allowed(self, names: tuple[str, ...]) -> bool:
+        """``names``: an OpInfo's name and full name ("div", "div.floor_rounding")."""
+        if any(name in self.exclude_ops for name in names):
+            return False
+        if any(name in self.include_ops for name in names):
+            return True
+        return self.global_ops is None or any(name in self.global_ops for name in names)
+
+    def dtype_allowed(self, dtype: str, op_names: tuple[str, ...] = ()) -> bool:
+        if dtype in self.exclude_dtypes:
+            return False
+        if dtype in self.include_dtypes:
+            return True
+        spec = self.op_spec(op_names) if op_names else None
+        if spec is not None and spec.dtypes is not None:
+            return any(d.name == dtype for d in spec.dtypes)
+        return self.global_dtypes is None or dtype in self.global_dtypes
+
+    def module_allowed(self, short_name: str) -> bool:
+        if short_name in self.exclude_modules:
+            return False
+        if short_name in self.include_modules:
+            return True
+        return self.global_modules is None or short_name in self.global_modules
+
+    def tolerance(self, dtype: str, op_names: tuple[str, ...] = ()) -> Precision | None:
+        """Most specific precision: the test's include, then the op's dtype, then global."""
+        if dtype in self.include_dtypes and self.include_dtypes[dtype].precision:
+            return self.include_dtypes[dtype].precision
+        spec = self.op_spec(op_names) if op_names else None
+        for op_dtype in (spec.dtypes or ()) if spec else ():
+            if op_dtype.name == dtype and op_dtype.precision:
+                return op_dtype.precision
+        if self.global_dtypes and dtype in self.global_dtypes:
+            return self.global_dtypes[dtype].precision
+        return None
+
+    def forced_xfail(self, dtypes: Iterable[str], op_names: tuple[str, ...] = ()) -> str | None:
+        spec = self.op_spec(op_names) if op_names else None
+        if spec is not None and spec.force_xfail:
+            return f"op {spec.name} has force_xfail ({spec.pos})"
+        for dtype in dtypes:
+            found = self.include_dtypes.get(dtype) or (self.global_dtypes or {}).get(dtype)
+            if found is not None and found.force_xfail:
+                return f"dtype {dtype} has force_xfail ({found.pos})"
+        return None
+
+    @property
+    def extra_dtypes(self) -> list[str]:
+        return list(self.include_dtypes)
+
+
+def _by_name(items: tuple[Any, ...] | None) -> dict[str, Any] | None:
+    return None if items is None else {item.name: item for item in items}
+
+
+@dataclass
+class Decision:
+    """What the config says about one generic test."""
+
+    mode: str
+    file_entry: FileEntry
+    filters: VariantFilter
+    entry: TestEntry | None = None
+    pattern: NamePattern | None = None
+
+    @property
+    def reason(self) -> str:
+        if self.entry is None:
+            return f"unlisted (unlisted_test_mode: {self.mode} for {self.file_entry.path})"
+        return self.entry.reason or f"listed as '{self.pattern.text if self.pattern else '?'}'"
+
+    def entry_ref(self) -> dict[str, Any] | None:
+        if self.entry is None:
+            return None
+        pos = self.entry.pos
+        return {
+            "config": pos.file,
+            "line": pos.line,
+            "column": pos.column,
+            "names": [name.text for name in self.entry.names],
+            "matched": self.pattern.text if self.pattern else None,
+        }
+
+    @property
+    def tags(self) -> tuple[str, ...]:
+        return self.entry.tags if self.entry else ()
+
+
+@dataclass
+class FileRules:
+    """The rules for one test file (all files entries matching it, most specific first)."""
+
+    entries: list[FileEntry]
+    global_filter: VariantFilter
+    global_: GlobalSection
+    used_patterns: set[int] = field(default_factory=set)
+    _cache: dict[tuple[str | None, str], Decision] = field(default_factory=dict)
+
+    def decide(self, cls: str | None, method: str) -> Decision:
+        key = (cls, method)
+        if key not in self._cache:
+            self._cache[key] = self._decide(cls, method)
+        return self._cache[key]
+
+    def _decide(self, cls: str | None, method: str) -> Decision:
+        for want_regex in (False, True):
+            for file_entry in self.entries:
+                for test in file_entry.tests:
+                    for pattern in test.names:
+                        if pattern.is_regex == want_regex and pattern.matches(cls, method):
+                            self.used_patterns.add(id(pattern))
+                            return Decision(
+                                mode=test.mode,
+                                file_entry=file_entry,
+                                filters=self._filters(test),
+                                entry=test,
+                                pattern=pattern,
+                            )
+        first = self.entries[0]
+        return Decision(mode=first.unlisted_test_mode, file_entry=first, filters=self.global_filter)
+
+    def _filters(self, test: TestEntry) -> VariantFilter:
+        return VariantFilter(self.global_, test.edits) if test.edits else self.global_filter
+
+
+class Rules:
+    """A merged config, indexed for fast per-file decisions."""
+
+    def __init__(self, config: Config):
+        self.config = config
+        self.global_filter = VariantFilter(config.global_)
+        self._by_file: dict[str, FileRules] = {}
+        ordered = [e for e in config.files if not e.is_glob] + [
+            e for e in config.files if e.is_glob
+        ]
+        for entry in ordered:
+            for path in entry.files:
+                rules = self._by_file.setdefault(
+                    path, FileRules([], self.global_filter, config.global_)
+                )
+                rules.entries.append(entry)
+
+    def for_file(self, path: str | os.PathLike[str]) -> FileRules | None:
+        return self._by_file.get(os.path.realpath(path))
+
+    def lists_file(self, path: str | os.PathLike[str]) -> bool:
+        return os.path.realpath(path) in self._by_file
+
+    @property
+    def files(self) -> list[str]:
+        return list(self._by_file)
+
+    def unmatched_patterns(self) -> list[NamePattern]:
+        used: set[int] = set()
+        for rules in self._by_file.values():
+            used |= rules.used_patterns
+        return [
+            pattern
+            for entry in self.config.files
+            for test in entry.tests
+            for pattern in test.names
+            if id(pattern) not in used
+        ]

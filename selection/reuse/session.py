@@ -1,0 +1,301 @@
+"""The active plugin: one object per pytest run that was given --reuse-config/--reuse-device.
+
+Steps of a run: validate the configs (before torch is imported, so a bad config
+fails fast and collects nothing), import the device module, install the
+device-type hooks, point collection at the config's files, then at
+``collection_modifyitems`` apply modes and markers to every test, and report.
+Under pytest-xdist the controller neither imports torch nor collects; workers do,
+and send their collection counts back through ``workeroutput``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import os
+from collections import Counter, defaultdict
+from collections.abc import Generator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .loader import ConfigError, load_configs
+from .matching import Decision, Rules
+from .report import JsonReport, properties_for, summary_lines
+from .schema import marker_safe
+from .sharding import ShardFilter, normalize_class
+from .timeouts import time_limit
+
+ENV_DEVICE = "CRCR_REUSE_DEVICE"
+DEFAULT_DEVICE = "selection.reuse.reference_device"
+MARKER_HELP = (
+    "op__NAME: a generated test of OpInfo NAME (crcr reuse)",
+    "dtype__NAME: a generated test in dtype NAME (crcr reuse)",
+    "module__NAME: a generated test of ModuleInfo NAME (crcr reuse)",
+    "testtype__LABEL: the config's labels (crcr reuse)",
+    "mode__MODE: the config mode applied to the test (crcr reuse)",
+)
+
+
+def is_xdist_controller(namespace: argparse.Namespace) -> bool:
+    workers = getattr(namespace, "numprocesses", None)
+    return (
+        bool(workers)
+        and getattr(namespace, "dist", "load") != "no"
+        and ("PYTEST_XDIST_WORKER" not in os.environ)
+    )
+
+
+class ReuseSession:
+    def __init__(self, namespace: argparse.Namespace, rules: Rules | None, device: str):
+        self.namespace = namespace
+        self.rules = rules
+        self.device = device
+        self.backend: str | None = None
+        self.controller = is_xdist_controller(namespace)
+        self.shard = self._shard(namespace)
+        self.hooks: Any = None
+        self.report: JsonReport | None = None
+        self.outcomes: dict[str, Counter[str]] = defaultdict(Counter)
+        self.counts: Counter[str] = Counter()
+        self.worker_stats: dict[str, Any] = {}
+        self.missing_ids: list[str] = []
+
+    @classmethod
+    def start(cls, namespace: argparse.Namespace) -> ReuseSession:
+        """Validate configs, then (outside an xdist controller) register the device."""
+        rules = None
+        if namespace.reuse_config:
+            tokens = {
+                "TORCH_ROOT": namespace.reuse_torch_root,
+                "TORCH_DEVICE_ROOT": namespace.reuse_device_root,
+            }
+            try:
+                rules = Rules(load_configs(namespace.reuse_config, tokens))
+            except ConfigError as error:
+                raise pytest.UsageError(
+                    f"crcr reuse: invalid config, nothing collected\n{error}"
+                ) from None
+        device = namespace.reuse_device or os.environ.get(ENV_DEVICE) or DEFAULT_DEVICE
+        session = cls(namespace, rules, device)
+        if not session.controller:
+            from .devicetype import DeviceTypeHooks, prepare_device
+
+            session.backend = prepare_device(device)
+            if rules is not None:
+                session.hooks = DeviceTypeHooks(rules, session.shard)
+                session.hooks.install()
+        return session
+
+    def default_paths(self) -> list[str]:
+        if self.rules is None:
+            return []
+        return self.shard.files if self.shard else self.rules.files
+
+    @staticmethod
+    def _shard(namespace: argparse.Namespace) -> ShardFilter | None:
+        if not namespace.reuse_ids:
+            return None
+        bases = [Path.cwd()] + (
+            [Path(namespace.rootdir)] if getattr(namespace, "rootdir", None) else []
+        )
+        return ShardFilter.from_file(namespace.reuse_ids, bases)
+
+    # -- configuration and collection -------------------------------------------
+
+    def pytest_configure(self, config: pytest.Config) -> None:
+        for line in MARKER_HELP:
+            config.addinivalue_line("markers", line)
+        if not hasattr(config, "workerinput"):
+            self.report = JsonReport(self.namespace.reuse_json)
+
+    def pytest_report_header(self, config: pytest.Config) -> list[str]:
+        lines = [
+            f"crcr reuse: device module {self.device}"
+            + (f" (backend {self.backend})" if self.backend else "")
+        ]
+        if self.rules is not None:
+            sources = ", ".join(self.rules.config.sources)
+            lines.append(f"crcr reuse: config {sources}; {len(self.rules.files)} test files")
+        return lines
+
+    def pytest_ignore_collect(self, collection_path: Path, config: pytest.Config) -> bool | None:
+        if self.rules is None or collection_path.suffix != ".py" or collection_path.is_dir():
+            return None
+        if not collection_path.name.startswith("test"):
+            return None
+        wanted = self.shard.files if self.shard else None
+        path = os.path.realpath(collection_path)
+        if not self.rules.lists_file(path) or (wanted is not None and path not in wanted):
+            return True
+        return None
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_collection_modifyitems(
+        self, config: pytest.Config, items: list[pytest.Item]
+    ) -> None:
+        if self.rules is None:
+            return
+        kept, by_config, by_shard, seen = [], [], [], set()
+        for item in items:
+            meta = self._meta(item)
+            if meta is None or meta["mode"] == "skip":
+                by_config.append(item)
+                continue
+            key = (meta["file"], normalize_class(meta["class"] or ""), item.name)
+            if self.shard is not None and not self.shard.wants(
+                meta["file"], meta["class"], item.name
+            ):
+                by_shard.append(item)
+                continue
+            seen.add(key)
+            self._apply(item, meta)
+            kept.append(item)
+        if by_config or by_shard:
+            config.hook.pytest_deselected(items=by_config + by_shard)
+        items[:] = kept
+        self.counts.update(deselected_by_config=len(by_config), deselected_by_shard=len(by_shard))
+        if self.shard is not None:
+            self.missing_ids = self.shard.found(seen)
+
+    def _meta(self, item: pytest.Item) -> dict[str, Any] | None:
+        """Everything the config says about one collected test, or None if unlisted file."""
+        fn = _function(item)
+        variant_meta = getattr(fn, "_crcr_meta", None)
+        if variant_meta is not None:
+            decision = variant_meta.decision
+            meta = {
+                "file": variant_meta.file,
+                "generic_class": variant_meta.generic_class,
+                "test": f"{variant_meta.file}::{variant_meta.generic_class}::{variant_meta.generic_test}",
+                "op": variant_meta.op,
+                "op_name": variant_meta.op.split(".")[0] if variant_meta.op else None,
+                "dtype": ",".join(variant_meta.dtypes) or None,
+                "dtypes": variant_meta.dtypes,
+                "module": variant_meta.module,
+                "forced_xfail": variant_meta.forced_xfail,
+            }
+        else:
+            path = os.path.realpath(item.path)
+            file_rules = self.rules.for_file(path) if self.rules else None
+            if file_rules is None:
+                return None
+            cls = getattr(item, "cls", None)
+            cls_name = cls.__name__ if cls is not None else None
+            decision = file_rules.decide(cls_name, getattr(fn, "__name__", item.name))
+            meta = {"file": path, "generic_class": cls_name, "op": None, "op_name": None, "dtype": None,
+                    "dtypes": (), "module": None, "forced_xfail": None,
+                    "test": f"{path}::{cls_name}::{getattr(fn, '__name__', item.name)}" if cls_name else f"{path}::{item.name}"}  # fmt: skip
+        cls = getattr(item, "cls", None)
+        meta["class"] = cls.__name__ if cls is not None else None
+        return self._with_decision(meta, decision)
+
+    def _with_decision(self, meta: dict[str, Any], decision: Decision) -> dict[str, Any]:
+        mode, reason = decision.mode, decision.reason
+        if meta["forced_xfail"] and mode == "mandatory_success":
+            mode, reason = "xfail", meta["forced_xfail"]
+        meta.update(mode=mode, reason=reason, entry=decision.entry_ref(), tags=decision.tags)
+        meta["markers"] = self._markers(meta)
+        return meta
+
+    def _markers(self, meta: dict[str, Any]) -> list[str]:
+        markers = []
+        if meta["op"]:
+            markers.append(f"op__{marker_safe(meta['op_name'])}")
+            if meta["op"] != meta["op_name"]:
+                markers.append(f"op__{marker_safe(meta['op'])}")
+        markers += [f"dtype__{dtype}" for dtype in dict.fromkeys(meta["dtypes"])]
+        if meta["module"]:
+            markers.append(f"module__{marker_safe(meta['module'])}")
+        markers += list(meta["tags"])
+        labels = self.rules.config.labels if self.rules else ()
+        markers += [f"testtype__{label}" for label in labels]
+        markers.append(f"mode__{meta['mode']}")
+        return markers
+
+    def _apply(self, item: pytest.Item, meta: dict[str, Any]) -> None:
+        for name in meta["markers"]:
+            # Built directly: the names are dynamic, so --strict-markers must not see them.
+            item.add_marker(
+                pytest.MarkDecorator(pytest.Mark(name, (), {}, _ispytest=True), _ispytest=True)
+            )
+        if meta["mode"] in ("xfail", "xfail_strict"):
+            strict = meta["mode"] == "xfail_strict"
+            item.add_marker(
+                pytest.mark.xfail(reason=f"crcr config: {meta['reason']}", strict=strict)
+            )
+        item.user_properties.extend(properties_for(meta))
+
+    # -- running ------------------------------------------------------------------
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, Any, Any]:
+        with time_limit(self.namespace.reuse_timeout, item.nodeid):
+            return (yield)
+
+    def pytest_runtest_logstart(self, nodeid: str, location: Any) -> None:
+        if self.report is not None:
+            self.report.start(nodeid)
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if self.report is not None:
+            self.report.add(report)
+            if report.when == "teardown":
+                record = self.report.records[report.nodeid]
+                self.outcomes[record["mode"] or "unknown"][record["outcome"]] += 1
+
+    # -- finishing ------------------------------------------------------------------
+
+    def _stats(self) -> dict[str, Any]:
+        if self.hooks is not None:
+            stats = self.hooks.stats.as_dict()
+            stats.update(self.counts)
+            stats["missing_ids"] = self.missing_ids
+            stats["unmatched_names"] = (
+                [f"{p.text} ({p.pos})" for p in self.rules.unmatched_patterns()]
+                if self.rules
+                else []
+            )
+            return stats
+        return dict(self.worker_stats)
+
+    def pytest_testnodedown(self, node: Any, error: Any) -> None:
+        raw = getattr(node, "workeroutput", {}).get("crcr_stats")
+        if raw and not self.worker_stats:
+            self.worker_stats = json.loads(raw)
+
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        config = session.config
+        if hasattr(config, "workerinput"):
+            config.workeroutput["crcr_stats"] = json.dumps(self._stats())  # type: ignore[attr-defined]
+            return
+        if self.report is not None:
+            stats = self._stats()
+            self.report.write(
+                {
+                    "configs": list(self.rules.config.sources) if self.rules else [],
+                    "device": self.device,
+                    "labels": list(self.rules.config.labels) if self.rules else [],
+                    "collection": stats,
+                }
+            )
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if self.rules is None:
+            return
+        stats = self._stats()
+        terminalreporter.section("crcr reuse: tests per config mode")
+        for line in summary_lines(self.outcomes, stats, stats):
+            terminalreporter.line(line)
+
+
+def _function(item: pytest.Item) -> Any:
+    cls = getattr(item, "cls", None)
+    name = getattr(item, "originalname", None) or item.name
+    if cls is not None:
+        found = inspect.getattr_static(cls, name, None)
+        if found is not None:
+            return found
+    return getattr(item, "function", None)
