@@ -16,6 +16,8 @@ app.conf.task_queues = (Queue("default"), Queue("device"), Queue("relay"))
 app.conf.task_default_queue = "default"
 app.conf.task_routes = {
     "runs.tasks.execute_shard": {"queue": "device"},
+    # Collection imports the device's test machinery, so it runs where shards run.
+    "runs.tasks.plan_run": {"queue": "device"},
     "reproducibility.tasks.capture_environment": {"queue": "device"},
     "runs.tasks.deliver_callback": {"queue": "relay"},
 }

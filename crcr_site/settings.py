@@ -163,6 +163,7 @@ CELERY_BEAT_SCHEDULE = {
         "task": "runs.tasks.trigger_nightly",
         "schedule": crontab(hour=CRCR_NIGHTLY_HOUR, minute=0),
     },
+    "requeue-orphaned-shards": {"task": "runs.tasks.requeue_orphaned_shards", "schedule": 60.0},
 }
 
 # The device: the Python module that registers the privateuse1 backend.
@@ -182,6 +183,18 @@ CRCR_GITHUB_API_URL = env_url("CRCR_GITHUB_API_URL", "https://api.github.com", (
 # unset registers the installed torch and the backend module's source.
 CRCR_BUILD_COMMAND = env_str("CRCR_BUILD_COMMAND")
 CRCR_MAX_SHARD_SECONDS = env_int("CRCR_MAX_SHARD_SECONDS", 1800, minimum=1)
+# Whole-shard and single-test limits; a test silent for CRCR_TEST_TIMEOUT is a hang.
+CRCR_SHARD_TIMEOUT = env_int("CRCR_SHARD_TIMEOUT", 2 * CRCR_MAX_SHARD_SECONDS, minimum=1)
+CRCR_TEST_TIMEOUT = env_int("CRCR_TEST_TIMEOUT", 300, minimum=1)
+# An unacknowledged task returns to the queue after this long (Redis): longer
+# than any shard, so a slow shard is never handed out twice while it runs.
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": CRCR_SHARD_TIMEOUT + 3600}
+# A running shard refreshes its heartbeat this often; one silent for three beats is
+# orphaned (its worker died) and is given to another worker.
+CRCR_HEARTBEAT_SECONDS = env_int("CRCR_HEARTBEAT_SECONDS", 10, minimum=1)
+CRCR_SHARD_RETRIES = env_int("CRCR_SHARD_RETRIES", 3, minimum=0)
+# PyTorch's disabled tests (disabled-tests-condensed.json format); unset: none.
+CRCR_DISABLED_TESTS_FILE = env_str("CRCR_DISABLED_TESTS_FILE")
 CRCR_DISPATCH_MAX_BYTES = env_int("CRCR_DISPATCH_MAX_BYTES", 256 * 1024, minimum=1024)
 
 LOGGING = {

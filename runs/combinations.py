@@ -6,6 +6,7 @@ version listed on the profile adds one run against the same SHA.
 """
 
 import hashlib
+from functools import partial
 from pathlib import Path
 
 from django.conf import settings
@@ -80,4 +81,8 @@ def create_runs(trigger: Trigger) -> list[Run]:
         run.save(update_fields=["changed_since_green"])
         run.artifacts.set(artifacts.artifacts_for(trigger.pytorch_sha, backend, version))
         runs.append(run)
+    from runs.tasks import plan_run
+
+    for run in runs:
+        transaction.on_commit(partial(plan_run.delay, run.pk))
     return runs

@@ -23,6 +23,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from selection.reuse.sharding import normalize_class
+
 FAILING = ("failed", "error")
 EXIT_OK = (0, 1, 5)
 WATCH_INTERVAL = 0.5  # all passed, some failed, none collected: pytest ended normally
@@ -70,6 +72,9 @@ class ShardSpec:
     timeout: float = 1800
     test_timeout: float = 300
     max_attempts: int = 3
+    # How ids reach pytest: "@" for an argument file, or an option such as
+    # "--reuse-ids" whose value is a file of node ids.
+    ids_option: str = "@"
 
 
 class Executor:
@@ -81,7 +86,7 @@ class Executor:
 
     def run(self) -> list[TestRecord]:
         """Every attempt of every id; each id ends with exactly one final outcome."""
-        final = self._run_pinning_crashes(list(self.spec.ids))
+        final = self._run_pinning_crashes([canonical(node_id) for node_id in self.spec.ids])
         attempts = list(final.values())
         for record in list(final.values()):
             if record.outcome in FAILING and self.should_retry(record):
@@ -142,8 +147,11 @@ class Executor:
         ids_file = self.spec.workdir / f"{tag}.ids"
         progress = self.spec.workdir / f"{tag}.progress.jsonl"
         ids_file.write_text("".join(f"{node_id}\n" for node_id in ids))
+        selector = (
+            f"@{ids_file}" if self.spec.ids_option == "@" else f"{self.spec.ids_option}={ids_file}"
+        )
         command = [
-            self.spec.python, "-m", "pytest", f"@{ids_file}",
+            self.spec.python, "-m", "pytest", selector,
             "-p", "runs.progress_plugin", f"--crcr-progress={progress}",
             f"--junitxml={self.spec.workdir / f'{tag}.junit.xml'}",
             "-p", "no:cacheprovider", "-q", "--no-header", "-rN",
@@ -194,8 +202,16 @@ def _test_hangs(progress: Path, limit: float) -> bool:
     return b'"event": "start"' in last
 
 
+def canonical(node_id: str) -> str:
+    """A node id with the backend's class suffix in one spelling (torch flips it)."""
+    parts = node_id.split("::")
+    if len(parts) == 3:
+        parts[1] = normalize_class(parts[1])
+    return "::".join(parts)
+
+
 def read_progress(path: Path) -> tuple[dict[str, TestRecord], list[str]]:
-    """Finished tests (the worst phase wins) and the order tests started in."""
+    """Finished tests (the worst phase wins) and the order tests started in, by canonical id."""
     records: dict[str, TestRecord] = {}
     started: list[str] = []
     if not path.exists():
@@ -206,10 +222,10 @@ def read_progress(path: Path) -> tuple[dict[str, TestRecord], list[str]]:
         except json.JSONDecodeError:
             continue  # the last line of a killed process may be cut short
         if entry.get("event") == "start":
-            started.append(entry["node_id"])
+            started.append(canonical(entry["node_id"]))
             continue
         record = TestRecord(
-            node_id=entry["node_id"],
+            node_id=canonical(entry["node_id"]),
             outcome=entry["outcome"],
             duration=entry.get("duration", 0.0),
             message=entry.get("message", ""),

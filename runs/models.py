@@ -1,12 +1,15 @@
 """Upstream events, runs, shards, results and HUD callbacks."""
 
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.db import models
 from django.urls import reverse
 from django.utils import timezone
+
+if TYPE_CHECKING:
+    from runs.charts import Bar
 
 
 class Backend(models.Model):
@@ -195,6 +198,7 @@ class Run(models.Model):
     changed_since_green = models.JSONField(
         default=list, blank=True, help_text="what moved since the job's last green run"
     )
+    error = models.TextField(blank=True, help_text="why the run could not run, if it could not")
     created_at = models.DateTimeField(default=timezone.now)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -210,6 +214,16 @@ class Run(models.Model):
     @property
     def is_finished(self) -> bool:
         return self.status in self.FINISHED
+
+    def failure_groups(self) -> list[dict[str, Any]]:
+        """Failures grouped by category and verdict, each with its tests' first lines."""
+        groups: dict[tuple[str, str], dict[str, Any]] = {}
+        failures = self.failures.select_related("result").order_by("category", "verdict")
+        for failure in failures:
+            key = (failure.get_category_display(), failure.get_verdict_display())
+            group = groups.setdefault(key, {"category": key[0], "verdict": key[1], "failures": []})
+            group["failures"].append(failure)
+        return list(groups.values())
 
     def page_url(self) -> str:
         """The absolute URL of the run's page, for links crcr sends out."""
@@ -246,6 +260,7 @@ class Shard(models.Model):
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
     attempts = models.PositiveIntegerField(default=0)
     worker = models.CharField(max_length=200, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
     exit_code = models.IntegerField(null=True, blank=True)
     error = models.TextField(blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
@@ -257,6 +272,17 @@ class Shard(models.Model):
 
     def __str__(self) -> str:
         return f"{self.run} shard {self.index}"
+
+    @property
+    def actual_seconds(self) -> float | None:
+        if self.started_at is None or self.finished_at is None:
+            return None
+        return (self.finished_at - self.started_at).total_seconds()
+
+    def chart_bar(self) -> "Bar":
+        from runs.charts import Bar
+
+        return Bar(f"shard {self.index}", self.estimated_seconds, self.actual_seconds)
 
 
 class TestResult(models.Model):
@@ -273,7 +299,8 @@ class TestResult(models.Model):
         TIMED_OUT = "timed_out", "timed out"
 
     __test__ = False  # not a pytest test class
-    PASSING = (Outcome.PASSED, Outcome.XFAILED)
+    PASSING = (Outcome.PASSED, Outcome.XFAILED, Outcome.XPASSED)
+    FAILING = (Outcome.FAILED, Outcome.ERROR, Outcome.CRASHED, Outcome.TIMED_OUT)
 
     shard = models.ForeignKey(Shard, on_delete=models.CASCADE, related_name="results")
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="results")
@@ -337,6 +364,11 @@ class Failure(models.Model):
     def __str__(self) -> str:
         return f"{self.result.node_id}: {self.category} ({self.verdict})"
 
+    @property
+    def first_line(self) -> str:
+        text = self.decisive_line or self.result.message
+        return next((line for line in text.splitlines() if line.strip()), "")
+
 
 class TestDuration(models.Model):
     """Duration history of one test on one device, robust to outliers."""
@@ -345,7 +377,8 @@ class TestDuration(models.Model):
 
     test_id = models.CharField(max_length=500)
     device = models.CharField(max_length=100)
-    seconds = models.FloatField()
+    seconds = models.FloatField(help_text="decayed mean")
+    spread = models.FloatField(default=0, help_text="decayed mean absolute deviation")
     samples = models.PositiveIntegerField(default=1)
     updated_at = models.DateTimeField(default=timezone.now)
 

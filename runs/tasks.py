@@ -1,8 +1,11 @@
 """Celery tasks of the runs app: thin adapters over the named modules."""
 
 from celery import shared_task
+from celery.signals import worker_ready
+from django.conf import settings
+from django.db import OperationalError
 
-from runs import gate, triggers
+from runs import execution, gate, planning, triggers
 from runs.models import Backend
 from runs.upstream import RateLimitedError, UpstreamError
 
@@ -37,3 +40,37 @@ def trigger_nightly(self) -> None:
             triggers.start_nightly(backend)
         except RateLimitedError as error:
             raise self.retry(countdown=error.retry_after) from error
+
+
+@shared_task(time_limit=3600)
+def plan_run(run_id: int) -> None:
+    """Collect a queued run's tests, cut them into shards and enqueue the shards."""
+    planning.start(run_id)
+
+
+@shared_task(bind=True, max_retries=None)
+def execute_shard(self, shard_id: int) -> None:
+    """Run one shard on this device host; infrastructure trouble retries with backoff."""
+    try:
+        execution.execute(shard_id, worker=self.request.hostname)
+    except (execution.InfraError, OperationalError, OSError) as error:
+        execution.release(shard_id, str(error))
+        if self.request.retries >= settings.CRCR_SHARD_RETRIES:
+            execution.fail_by_id(shard_id, f"gave up after {self.request.retries} retries: {error}")
+            return
+        raise self.retry(countdown=min(30 * 2**self.request.retries, 900)) from error
+
+
+@shared_task(time_limit=60)
+def requeue_orphaned_shards() -> list[int]:
+    """Beat, and each worker start: shards whose worker died go back to the queue."""
+    orphans = execution.orphaned_shards()
+    for shard_id in orphans:
+        execute_shard.delay(shard_id)
+    return orphans
+
+
+@worker_ready.connect
+def _requeue_on_start(sender: object = None, **kwargs: object) -> None:
+    # A worker that starts after another died picks up its orphaned shards.
+    requeue_orphaned_shards.delay()

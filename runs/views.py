@@ -2,9 +2,11 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django_htmx.http import HttpResponseStopPolling
 
 from crcr_site.lib.access import reviewer_required
-from runs import gate, triggers
+from crcr_site.lib.htmx import HtmxHttpRequest
+from runs import charts, gate, triggers
 from runs.forms import TriggerForm
 from runs.models import Dispatch, Run
 from runs.upstream import UpstreamError
@@ -23,17 +25,24 @@ def run_list(request: HttpRequest) -> HttpResponse:
 
 
 @login_required
-def run_detail(request: HttpRequest, uuid: str) -> HttpResponse:
+def run_detail(request: HtmxHttpRequest, uuid: str) -> HttpResponse:
     run = get_object_or_404(
         Run.objects.select_related("trigger__dispatch", "backend", "config_version"), uuid=uuid
     )
+    shards = list(run.shards.all())
     context = {
         "run": run,
-        "shards": run.shards.all(),
+        "shards": shards,
+        "chart": charts.shard_durations([shard.chart_bar() for shard in shards]),
         "artifacts": run.artifacts.all(),
         "counts": run.test_counts(),
+        "failure_groups": run.failure_groups(),
         "nav": "runs",
     }
+    if request.htmx:
+        response = render(request, "runs/run_detail.html#progress", context)
+        # Once the run has ended the page stops polling (htmx's 286).
+        return HttpResponseStopPolling(response.content) if run.is_finished else response
     return render(request, "runs/run_detail.html", context)
 
 

@@ -1,0 +1,189 @@
+"""Execute one shard on a device worker and store its results.
+
+Steps:
+1. claim the shard with a conditional update (pending, or running with a
+   heartbeat gone silent: its worker died); losing the race ends the task;
+2. verify every artifact of the run by hash;
+3. run the executor (crash pinning, hang watchdog, retries of failures that
+   are not deterministic) while a heartbeat thread keeps the claim fresh;
+4. store every attempt and mark the shard done in one transaction, fold the
+   durations into the history, and finish the run when it was the last shard.
+"""
+
+import socket
+import sys
+import threading
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import close_old_connections, connection, transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from runs import artifacts, ingest, planning, results, sharding, testtree
+from runs.classify import classify
+from runs.executor import Executor, ShardSpec, TestRecord
+from runs.models import Shard, TestDuration
+
+# Failures that repeat by nature are not re-run: the op or dtype is missing, or
+# the test cannot even be set up.
+DETERMINISTIC = {"unsupported_op", "unsupported_dtype", "test_error"}
+
+
+class InfraError(Exception):
+    """The shard could not run for a reason outside the tests; the task retries."""
+
+
+def stale_before() -> datetime:
+    return timezone.now() - timedelta(seconds=3 * settings.CRCR_HEARTBEAT_SECONDS)
+
+
+def claim(shard_id: int, worker: str) -> Shard | None:
+    # Concurrency guard: only one worker moves a shard to running; a running
+    # shard is taken over only when its heartbeat went silent (worker died).
+    now = timezone.now()
+    claimable = Q(status=Shard.Status.PENDING) | Q(
+        status=Shard.Status.RUNNING, heartbeat_at__lt=stale_before()
+    )
+    won = Shard.objects.filter(claimable, pk=shard_id).update(
+        status=Shard.Status.RUNNING,
+        attempts=F("attempts") + 1,
+        worker=worker,
+        started_at=now,
+        heartbeat_at=now,
+    )
+    return (
+        Shard.objects.select_related("run__backend", "run__config_version").get(pk=shard_id)
+        if won
+        else None
+    )
+
+
+class Heartbeat(threading.Thread):
+    """Refresh the shard's heartbeat while its tests run."""
+
+    def __init__(self, shard: Shard) -> None:
+        super().__init__(daemon=True)
+        self.shard, self.stopped = shard, threading.Event()
+
+    def run(self) -> None:
+        try:
+            while not self.stopped.wait(settings.CRCR_HEARTBEAT_SECONDS):
+                Shard.objects.filter(pk=self.shard.pk, worker=self.shard.worker).update(
+                    heartbeat_at=timezone.now()
+                )
+        finally:
+            connection.close()
+
+    def __enter__(self) -> "Heartbeat":
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stopped.set()
+        self.join()
+
+
+def should_retry(record: TestRecord) -> bool:
+    return classify(record.message).category not in DETERMINISTIC
+
+
+def execute(shard_id: int, worker: str | None = None) -> Shard | None:
+    """Run a shard end to end; None when another worker owns it."""
+    worker = worker or socket.gethostname()
+    shard = claim(shard_id, worker)
+    if shard is None:
+        return None
+    run = shard.run
+    try:
+        for artifact in run.artifacts.all():
+            artifacts.verify(artifact)
+    except artifacts.ArtifactError as error:
+        fail(shard, f"artifact check failed: {error}")
+        return shard
+    tree = testtree.tree_for(run.pytorch_sha)
+    config = planning.write_config(run)
+    spec = ShardSpec(
+        ids=shard.test_ids,
+        workdir=planning.workdir_for(run) / f"shard-{shard.index}" / f"attempt-{shard.attempts}",
+        cwd=tree,
+        pytest_args=planning.plugin_args(run, config, tree),
+        env=planning.device_env(run, tree),
+        python=sys.executable,
+        timeout=settings.CRCR_SHARD_TIMEOUT,
+        test_timeout=settings.CRCR_TEST_TIMEOUT,
+        ids_option="--reuse-ids",
+    )
+    with Heartbeat(shard):
+        records = Executor(spec, should_retry).run()
+    close_old_connections()
+    store(shard, records)
+    remember_durations(run.backend.device_module, records)
+    results.finish_if_done(run.pk)
+    return shard
+
+
+def store(shard: Shard, records: list[TestRecord]) -> None:
+    with transaction.atomic():
+        done = Shard.objects.filter(
+            pk=shard.pk, status=Shard.Status.RUNNING, worker=shard.worker
+        ).update(status=Shard.Status.DONE, finished_at=timezone.now())
+        if not done:
+            return  # another worker took the shard over: its results count, not ours
+        ingest.save(ingest.to_row(shard, record) for record in records)
+
+
+def fail(shard: Shard, reason: str) -> None:
+    """An infrastructure failure of the whole shard; the run finishes without it."""
+    Shard.objects.filter(pk=shard.pk).update(
+        status=Shard.Status.ERROR, error=reason, finished_at=timezone.now()
+    )
+    results.finish_if_done(shard.run_id)
+
+
+def fail_by_id(shard_id: int, reason: str) -> None:
+    fail(Shard.objects.get(pk=shard_id), reason)
+
+
+def release(shard_id: int, reason: str) -> None:
+    """Give a shard back after an infrastructure hiccup so a retry can claim it."""
+    Shard.objects.filter(pk=shard_id, status=Shard.Status.RUNNING).update(
+        status=Shard.Status.PENDING, error=reason
+    )
+
+
+def remember_durations(device: str, records: list[TestRecord]) -> None:
+    """Fold first-attempt durations into the per-device history."""
+    firsts = {r.node_id: r.duration for r in records if r.attempt == 1 and r.duration > 0}
+    known = {
+        row.test_id: row
+        for row in TestDuration.objects.filter(device=device, test_id__in=list(firsts))
+    }
+    now = timezone.now()
+    changed, new = [], []
+    for test_id, seconds in firsts.items():
+        row = known.get(test_id)
+        previous = sharding.DurationStats(row.seconds, row.spread, row.samples) if row else None
+        stats = sharding.update_duration(previous, seconds)
+        if row is None:
+            row = TestDuration(test_id=test_id, device=device)
+            new.append(row)
+        else:
+            changed.append(row)
+        row.seconds, row.spread, row.samples, row.updated_at = (
+            stats.mean,
+            stats.spread,
+            stats.count,
+            now,
+        )
+    TestDuration.objects.bulk_create(new, ignore_conflicts=True)
+    TestDuration.objects.bulk_update(changed, ["seconds", "spread", "samples", "updated_at"])
+
+
+def orphaned_shards() -> list[int]:
+    """Running shards whose worker stopped beating: it died mid-shard."""
+    return list(
+        Shard.objects.filter(
+            status=Shard.Status.RUNNING, heartbeat_at__lt=stale_before()
+        ).values_list("pk", flat=True)
+    )

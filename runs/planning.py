@@ -1,0 +1,129 @@
+"""Plan a run: collect its test ids with the reuse plugin, then cut them into shards.
+
+Steps:
+1. write the run's config and collect (`pytest --collect-only`) on the run's
+   test tree with the device registered: the config applied to the tree;
+2. estimate each id from the duration history of this device (then the file's
+   median, the group's, a default; see runs.sharding);
+3. group by area, cap each shard's estimate, balance longest-first, and store
+   the shards with their ids and estimates; then enqueue them.
+"""
+
+import os
+import subprocess
+import sys
+from functools import partial
+from pathlib import Path
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from runs import sharding, testtree
+from runs.models import Run, Shard, TestDuration
+
+
+class PlanningError(Exception):
+    """Collection failed: the message is what pytest said (a bad config, a broken tree)."""
+
+
+def workdir_for(run: Run) -> Path:
+    path = Path(settings.MEDIA_ROOT) / "runs" / str(run.uuid)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def device_env(run: Run, tree: Path) -> dict[str, str]:
+    """The environment every pytest process of the run gets."""
+    env = dict(os.environ)
+    for name in ("DJANGO_SETTINGS_MODULE", "DATABASE_URL", "CELERY_BROKER_URL"):
+        env.pop(name, None)  # the device subprocess is not crcr and needs neither
+    env.update(
+        TORCH_ROOT=str(tree),
+        CRCR_REUSE_DEVICE=run.backend.device_module,
+        PYTHONPATH=os.pathsep.join([str(settings.BASE_DIR), env.get("PYTHONPATH", "")]),
+        PYTHONHASHSEED="0",
+    )
+    return env
+
+
+def plugin_args(run: Run, config: Path, tree: Path) -> list[str]:
+    return [
+        "-p", "crcr_reuse",
+        f"--reuse-config={config}",
+        f"--reuse-device={run.backend.device_module}",
+        f"--reuse-torch-root={tree}",
+    ]  # fmt: skip
+
+
+def write_config(run: Run) -> Path:
+    path = workdir_for(run) / "config.yaml"
+    path.write_text(run.config_version.yaml_text)
+    return path
+
+
+def collect(run: Run) -> list[str]:
+    """Node ids of every test the run's config selects on its test tree."""
+    tree = testtree.tree_for(run.pytorch_sha)
+    config = write_config(run)
+    command = [
+        sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+        *plugin_args(run, config, tree),
+    ]  # fmt: skip
+    completed = subprocess.run(
+        command, cwd=tree, env=device_env(run, tree), capture_output=True, text=True, timeout=1800
+    )
+    ids = [line for line in completed.stdout.splitlines() if "::" in line and " " not in line]
+    if completed.returncode not in (0, 5) or (completed.returncode == 0 and not ids):
+        tail = (completed.stdout + completed.stderr)[-3000:]
+        raise PlanningError(f"collection failed (exit {completed.returncode}):\n{tail}")
+    return ids
+
+
+def start(run_id: int) -> list[Shard]:
+    """Claim a queued run, plan it and enqueue its shards (a redelivery does nothing)."""
+    from runs.tasks import execute_shard
+
+    # Concurrency guard: only one planner moves the run out of the queue.
+    if not Run.objects.filter(pk=run_id, status=Run.Status.QUEUED).update(
+        status=Run.Status.PLANNING
+    ):
+        return []
+    run = Run.objects.select_related("backend", "config_version").get(pk=run_id)
+    try:
+        ids = collect(run)
+    except (PlanningError, testtree.TestTreeError) as error:
+        Run.objects.filter(pk=run_id).update(
+            status=Run.Status.ERROR, error=str(error), finished_at=timezone.now()
+        )
+        return []
+    shards = plan(run, ids)
+    if not shards:
+        Run.objects.filter(pk=run_id).update(
+            status=Run.Status.FAILED,
+            error="the config selected no test",
+            finished_at=timezone.now(),
+        )
+    for shard in shards:
+        transaction.on_commit(partial(execute_shard.delay, shard.pk))
+    return shards
+
+
+def plan(run: Run, ids: list[str]) -> list[Shard]:
+    """Create the run's shards from its ids and the device's duration history."""
+    device = run.backend.device_module
+    history = {
+        test_id: seconds
+        for test_id, seconds in TestDuration.objects.filter(device=device).values_list(
+            "test_id", "seconds"
+        )
+    }
+    items = [sharding.TestItem(test_id=i, file=i.split("::")[0]) for i in ids]
+    result = sharding.plan_shards(items, history, max_shard_seconds=settings.CRCR_MAX_SHARD_SECONDS)
+    with transaction.atomic():
+        shards = Shard.objects.bulk_create(
+            Shard(run=run, index=s.index, test_ids=s.test_ids, estimated_seconds=s.seconds)
+            for s in result.shards
+        )
+        Run.objects.filter(pk=run.pk).update(status=Run.Status.RUNNING, started_at=timezone.now())
+    return shards

@@ -1,0 +1,116 @@
+"""Finish a run: classify its failures, give each a verdict, decide the run's status.
+
+Steps, once every shard is done or failed:
+1. per test, its attempts in order: the first failing attempt is classified by
+   the rules (a crash or a hang by its outcome); a pass on a retry makes it flaky;
+2. a verdict against the job's last green run (and PyTorch's disabled tests):
+   regression, flaky, known or infra;
+3. the run is red only with a regression; with no test at all it failed too;
+   a shard lost to infrastructure without a regression makes it an error.
+"""
+
+from collections import defaultdict
+from functools import cache
+from pathlib import Path
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from runs.classify import DisabledTests, LastGreen, classify, decide_verdict, load_disabled_tests
+from runs.models import Failure, Run, Shard, TestResult
+
+OUTCOME_CATEGORY: dict[str, str] = {"crashed": "crash", "timed_out": "timeout"}
+
+
+@cache
+def disabled_tests(path: str | None) -> DisabledTests | None:
+    return load_disabled_tests(Path(path)) if path else None
+
+
+def finish_if_done(run_id: int) -> Run | None:
+    with transaction.atomic():
+        # Concurrency guard: the last two shards may finish together; the row
+        # lock makes exactly one of them finish the run.
+        run = Run.objects.select_for_update().get(pk=run_id)
+        if (
+            run.is_finished
+            or run.shards.exclude(status__in=(Shard.Status.DONE, Shard.Status.ERROR)).exists()
+        ):
+            return None
+        failures = classify_failures(run)
+        run.status = status_of(run, failures)
+        run.finished_at = timezone.now()
+        run.save(update_fields=["status", "finished_at"])
+    return run
+
+
+def status_of(run: Run, failures: list[Failure]) -> str:
+    if any(f.verdict == Failure.Verdict.REGRESSION for f in failures):
+        return Run.Status.FAILED
+    if run.shards.filter(status=Shard.Status.ERROR).exists():
+        return Run.Status.ERROR
+    if run.test_counts()["total"] == 0:
+        return Run.Status.FAILED
+    return Run.Status.PASSED
+
+
+def last_green_outcomes(run: Run) -> dict[str, str]:
+    """Final outcome per test id in the job's last green run (empty when none)."""
+    green = (
+        Run.objects.filter(job_name=run.job_name, backend=run.backend, status=Run.Status.PASSED)
+        .exclude(pk=run.pk)
+        .order_by("-created_at")
+        .first()
+    )
+    if green is None:
+        return {}
+    final: dict[str, str] = {}
+    for node_id, outcome in green.results.order_by("attempt").values_list("node_id", "outcome"):
+        final[node_id] = outcome
+    return final
+
+
+def classify_failures(run: Run) -> list[Failure]:
+    attempts: dict[str, list[TestResult]] = defaultdict(list)
+    for result in run.results.order_by("node_id", "attempt"):
+        attempts[result.node_id].append(result)
+    green = last_green_outcomes(run)
+    disabled = disabled_tests(settings.CRCR_DISABLED_TESTS_FILE)
+    failures = []
+    for node_id, tries in attempts.items():
+        first = next((t for t in tries if t.outcome in TestResult.FAILING), None)
+        if first is None:
+            continue
+        found = classify(first.message)
+        category = OUTCOME_CATEGORY.get(first.outcome, found.category)
+        before = green.get(node_id)
+        last_green = (
+            LastGreen.ABSENT
+            if before is None
+            else LastGreen.FAILED
+            if before in TestResult.FAILING
+            else LastGreen.PASSED
+        )
+        _, device_class, generated = (node_id.split("::") + ["", ""])[:3]
+        verdict = decide_verdict(
+            category,
+            last_green=last_green,
+            passed_on_retry=tries[-1].outcome in TestResult.PASSING,
+            disabled=disabled.lookup(generated, device_class) if disabled else None,
+        )
+        reason = verdict.reason + (f" ({verdict.issue_url})" if verdict.issue_url else "")
+        failures.append(
+            Failure(
+                result=first,
+                run=run,
+                category=category,
+                rule=(found.rule or "") if category == found.category else "",
+                op_name=found.op or "",
+                decisive_line=(found.line or "")[:2000],
+                verdict=verdict.verdict,
+                verdict_reason=reason,
+            )
+        )
+    Failure.objects.bulk_create(failures, ignore_conflicts=True)
+    return failures
