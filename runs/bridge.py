@@ -276,6 +276,8 @@ class Bridge:
         if sent.answer.ignored and not self.ignored_noted:
             self.ignored_noted = True
             say("the relay ignores this repository (below level L2): nothing reaches the HUD")
+        if not sent.answer.ok:
+            say(f"{what}: the relay had recorded an earlier attempt whose answer was lost")
         carried = body["workflow"]["conclusion"]
         say(f"sent {what}" + (f": {carried}" if carried else ""))
         return carried

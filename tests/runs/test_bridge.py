@@ -14,6 +14,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
+import yaml
 
 from runs import relay_protocol as protocol
 from runs.relay_simulator import RelaySimulator
@@ -250,14 +251,27 @@ def test_each_run_of_a_dispatch_is_its_own_hud_job(tmp_path, crcr, relay):
 
 def test_a_relay_outage_is_ridden_out_with_backoff(tmp_path, crcr, relay):
     relay.dispatch("d-1", REPO, PAYLOAD)
-    relay.fail_for(0.5)
+    relay.fail_next(3, status=503)
     server = crcr([ACCEPTED], {RUN_ID: [run_state("passed", COUNTS)]})
 
     done = bridge(tmp_path, server.url, relay.url)
 
     assert done.returncode == 0, done.stderr
-    assert "relay answered 503" in done.stdout
+    assert done.stdout.count("relay answered 503") == 3
     assert [entry.status for entry in relay.accepted] == ["in_progress", "completed"]
+
+
+def test_a_lost_answer_is_not_resent_as_a_failure(tmp_path, crcr, relay):
+    relay.dispatch("d-1", REPO, PAYLOAD)
+    relay.lose_answers(1)  # in_progress lands, but the bridge sees a 502
+    server = crcr([ACCEPTED], {RUN_ID: [run_state("passed", COUNTS)]})
+
+    done = bridge(tmp_path, server.url, relay.url)
+
+    assert done.returncode == 0, done.stderr
+    assert "recorded an earlier attempt" in done.stdout
+    assert [entry.status for entry in relay.accepted] == ["in_progress", "completed"]
+    assert [refusal.reason for refusal in relay.refused] == ["duplicate"]
 
 
 def test_a_callback_the_relay_refuses_exits_2(tmp_path, crcr, relay):
@@ -274,7 +288,7 @@ def test_a_run_still_going_at_the_deadline_is_reported_timed_out(tmp_path, crcr,
     relay.dispatch("d-1", REPO, PAYLOAD)
     server = crcr([ACCEPTED], {RUN_ID: [run_state("running")]})
 
-    done = bridge(tmp_path, server.url, relay.url, "--timeout", "0.5")
+    done = bridge(tmp_path, server.url, relay.url, "--timeout", "1.5")
 
     assert done.returncode == 1
     finished = relay.accepted[-1].body["workflow"]
@@ -343,3 +357,20 @@ def test_the_bridge_and_the_simulator_import_nothing_from_django():
     done = subprocess.run([sys.executable, "-c", check], cwd=ROOT, capture_output=True, text=True)
 
     assert done.returncode == 0, done.stderr
+
+
+def test_the_workflow_templates_forward_every_dispatch_and_report_with_oidc():
+    bridge_flow = yaml.safe_load((ROOT / "runs/workflows/crcr-bridge.yml").read_text())
+    forward_flow = yaml.safe_load((ROOT / "runs/workflows/forward-dispatch.yml").read_text())
+
+    for flow in (bridge_flow, forward_flow):
+        assert flow[True] == {"repository_dispatch": {"types": ["pull_request", "push"]}}
+        assert flow["permissions"] == {"contents": "read"}
+    forward, report = bridge_flow["jobs"]["forward"], bridge_flow["jobs"]["report"]
+    assert "concurrency" not in forward
+    assert forward["steps"][-1]["run"] == "python -m runs.bridge --forward-only"
+    assert report["permissions"] == {"id-token": "write", "contents": "read"}
+    assert report["concurrency"]["cancel-in-progress"] is False
+    assert "pull_request.number" in report["concurrency"]["group"]
+    assert report["steps"][-1]["env"]["RELAY_TOKEN"] == "oidc"
+    assert "/api/dispatches/" in forward_flow["jobs"]["forward"]["steps"][0]["run"]
