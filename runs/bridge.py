@@ -190,7 +190,8 @@ class Bridge:
                 say(f"the gate {verdict} the dispatch ({reason}); nothing to report to the HUD")
                 return OK
             if time.monotonic() >= deadline:
-                return fail(RUN_FAILED, f"the gate did not decide within {self.args.timeout:.0f}s")
+                waited = f"{self.args.timeout:.0f}s (verdict: {verdict})"
+                return fail(RUN_FAILED, f"no run to report after {waited}; nothing sent")
             self._pause(deadline)
             dispatch = self.crcr.call("GET", f"/api/dispatches/{uuid}/")
         self._start_jobs(self._runs_of(dispatch))

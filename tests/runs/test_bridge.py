@@ -261,6 +261,17 @@ def test_a_relay_outage_is_ridden_out_with_backoff(tmp_path, crcr, relay):
     assert [entry.status for entry in relay.accepted] == ["in_progress", "completed"]
 
 
+def test_a_gate_that_never_decides_ends_at_the_timeout_with_nothing_sent(tmp_path, crcr, relay):
+    relay.dispatch("d-1", REPO, PAYLOAD)
+    server = crcr([PENDING], {})
+
+    done = bridge(tmp_path, server.url, relay.url, "--timeout", "0.5")
+
+    assert done.returncode == 1
+    assert "no run to report after" in done.stderr and "(verdict: pending)" in done.stderr
+    assert relay.accepted == []
+
+
 def test_a_lost_answer_is_not_resent_as_a_failure(tmp_path, crcr, relay):
     relay.dispatch("d-1", REPO, PAYLOAD)
     relay.lose_answers(1)  # in_progress lands, but the bridge sees a 502

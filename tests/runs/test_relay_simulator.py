@@ -107,6 +107,14 @@ def test_in_progress_after_completed_is_refused_as_out_of_order(relay):
     assert (answer.status, answer.json()["reason"]) == (400, "out_of_order")
 
 
+def test_a_trailing_slash_on_the_relay_url_is_dropped_as_the_action_does(relay):
+    dispatched = relay.dispatch("d-1", REPO, PAYLOAD)
+
+    answer = protocol.send(relay.url + "/", callback(dispatched), Bearer("s3cret"))
+
+    assert answer.status == 200
+
+
 def test_a_callback_for_an_unknown_delivery_is_refused(relay):
     never_dispatched = {"event_type": "pull_request", "delivery_id": "d-404", "payload": PAYLOAD}
 
