@@ -23,6 +23,7 @@ import importlib
 import os
 import sys
 import types
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -51,14 +52,24 @@ class VariantMeta:
 
 @dataclass
 class CollectionStats:
+    """Counts of what the hooks did, in total and per test file."""
+
     generated: int = 0
     skipped_generic: int = 0
     skipped_variants: int = 0
     filtered_variants: int = 0
     not_instantiated: list[dict[str, Any]] = field(default_factory=list)
+    per_file: dict[str, Counter[str]] = field(default_factory=lambda: defaultdict(Counter))
+
+    def add(self, path: str, **counts: int) -> None:
+        for key, value in counts.items():
+            setattr(self, key, getattr(self, key) + value)
+        self.per_file[path].update(counts)
 
     def as_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        data = {k: v for k, v in self.__dict__.items() if k != "per_file"}
+        data["per_file"] = {path: dict(counts) for path, counts in self.per_file.items()}
+        return data
 
 
 def prepare_device(device_module: str) -> str:
@@ -88,6 +99,7 @@ class DeviceTypeHooks:
         self.rules = rules
         self.shard = shard
         self.stats = CollectionStats()
+        self._path = ""
 
     def install(self) -> None:
         from torch.testing._internal import common_device_type as cdt
@@ -158,9 +170,10 @@ class DeviceTypeHooks:
         if self.shard is not None and not self.shard.wants_generic(path, cls.__name__, name):
             return
         if decision.mode == "skip":
-            self.stats.skipped_generic += 1
-            self.stats.skipped_variants += _count_variants(cls, test, generic_cls)
+            variants = _count_variants(cls, test, generic_cls)
+            self.stats.add(path, skipped_generic=1, skipped_variants=variants)
             return
+        self._path = path
         prepared = self._prepare(cls, test, decision.filters)
         before = set(vars(cls))
         original(cls, name, prepared, generic_cls=generic_cls)
@@ -178,12 +191,9 @@ class DeviceTypeHooks:
                 kept += [d for d in _torch_dtypes(filters.extra_dtypes) if d not in kept]
             prepared.dtypes = {**test.dtypes, cls.device_type: kept, "privateuse1": kept}
             inner = getattr(test, "parametrize_fn", None)
-            per_dtype = (
-                sum(1 for _ in inner(test, None, cls)) if _is_plain_parametrize(inner) else 1
-            )
-            self.stats.filtered_variants += (
-                len(dtypes) - len([d for d in kept if d in dtypes])
-            ) * per_dtype
+            per_dtype = _count_inner(inner, test, cls)
+            removed = len(dtypes) - len([d for d in kept if d in dtypes])
+            self.stats.add(self._path, filtered_variants=removed * per_dtype)
             prepared.tolerance_overrides = _tolerances(test, kept, filters, ())
         if hasattr(test, "parametrize_fn"):
             prepared.parametrize_fn = self._filtered(
@@ -194,14 +204,14 @@ class DeviceTypeHooks:
     def _filtered(
         self, parametrize_fn: Callable[..., Any], filters: VariantFilter
     ) -> Callable[..., Any]:
-        stats = self.stats
+        stats, path = self.stats, self._path
 
         def filtered(test: Any, generic_cls: Any, device_cls: Any) -> Iterator[Any]:
             for variant, suffix, params, decorators in parametrize_fn(
                 test, generic_cls, device_cls
             ):
                 if not _variant_allowed(params, filters):
-                    stats.filtered_variants += 1
+                    stats.add(path, filtered_variants=1)
                     continue
                 op = params.get("op")
                 names = (op.name, op.full_name) if op is not None else ()
@@ -243,7 +253,7 @@ class DeviceTypeHooks:
             },
             forced_xfail=decision.filters.forced_xfail(dtypes, op_names),
         )
-        self.stats.generated += 1
+        self.stats.add(path, generated=1)
 
 
 def _backend_name() -> str:
@@ -408,3 +418,13 @@ def _count_variants(cls: Any, test: Any, generic_cls: Any) -> int:
         inner = 1
     dtypes = cls._get_dtypes(test)
     return inner * (len(dtypes) if dtypes is not None else 1)
+
+
+def _count_inner(parametrize_fn: Any, test: Any, cls: Any) -> int:
+    """Variants a plain ``@parametrize`` adds per dtype (1 when there is none)."""
+    if not _is_plain_parametrize(parametrize_fn):
+        return 1
+    try:
+        return sum(1 for _ in parametrize_fn(test, None, cls))
+    except Exception:  # counting must never break collection
+        return 1

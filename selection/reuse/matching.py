@@ -214,12 +214,17 @@ class Rules:
         return list(self._by_file)
 
     def unmatched_patterns(self) -> list[NamePattern]:
+        """Names that matched no test of the files this run actually looked at."""
         used: set[int] = set()
+        looked_at: set[int] = set()
         for rules in self._by_file.values():
             used |= rules.used_patterns
+            if rules._cache:
+                looked_at |= {id(entry) for entry in rules.entries}
         return [
             pattern
             for entry in self.config.files
+            if id(entry) in looked_at
             for test in entry.tests
             for pattern in test.names
             if id(pattern) not in used

@@ -29,6 +29,7 @@ OUTCOME_ORDER = (
     "xpassed_strict",
     "crashed",
     "timed_out",
+    "collected",
 )
 MESSAGE_LIMIT = 4000
 TIMEOUT_MARK = "crcr: test timed out after"
@@ -79,6 +80,12 @@ class JsonReport:
         if report.when == "teardown":
             self._emit({"event": "result", **record})
 
+    def collected(self, nodeid: str, user_properties: list[tuple[str, Any]]) -> None:
+        """A record for a test of a --collect-only run (outcome "collected")."""
+        record = _from_properties(_empty_record(nodeid), dict(user_properties))
+        record["outcome"] = "collected"
+        self.records[nodeid] = record
+
     def crashed(self, nodeid: str, message: str) -> None:
         record = self.records.setdefault(nodeid, _empty_record(nodeid))
         record["outcome"], record["message"] = "crashed", message[:MESSAGE_LIMIT]
@@ -123,8 +130,10 @@ def _empty_record(nodeid: str) -> dict[str, Any]:
 
 
 def _new_record(report: pytest.TestReport) -> dict[str, Any]:
-    record = _empty_record(report.nodeid)
-    props = dict(report.user_properties)
+    return _from_properties(_empty_record(report.nodeid), dict(report.user_properties))
+
+
+def _from_properties(record: dict[str, Any], props: dict[str, Any]) -> dict[str, Any]:
     record.update(
         test=props.get("crcr_test"),
         markers=props.get("crcr_markers", "").split(),
@@ -135,6 +144,10 @@ def _new_record(report: pytest.TestReport) -> dict[str, Any]:
         entry=json.loads(props["crcr_entry"]) if props.get("crcr_entry") else None,
         reason=props.get("crcr_reason", ""),
     )
+    record["file"] = record["test"].split("::", 1)[0] if record["test"] else None
+    # A location-independent id (absolute path) that --reuse-ids accepts.
+    tail = record["nodeid"].split("::")[1:]
+    record["id"] = "::".join([record["file"], *tail]) if record["file"] else record["nodeid"]
     return record
 
 

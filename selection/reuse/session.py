@@ -40,12 +40,9 @@ MARKER_HELP = (
 
 
 def is_xdist_controller(namespace: argparse.Namespace) -> bool:
+    # (xdist turns --dist "no" into "load" only later, when -n is given.)
     workers = getattr(namespace, "numprocesses", None)
-    return (
-        bool(workers)
-        and getattr(namespace, "dist", "load") != "no"
-        and ("PYTEST_XDIST_WORKER" not in os.environ)
-    )
+    return bool(workers) and "PYTEST_XDIST_WORKER" not in os.environ
 
 
 class ReuseSession:
@@ -62,6 +59,7 @@ class ReuseSession:
         self.counts: Counter[str] = Counter()
         self.worker_stats: dict[str, Any] = {}
         self.missing_ids: list[str] = []
+        self.deselected_per_file: Counter[str] = Counter()
 
     @classmethod
     def start(cls, namespace: argparse.Namespace) -> ReuseSession:
@@ -143,6 +141,7 @@ class ReuseSession:
             meta = self._meta(item)
             if meta is None or meta["mode"] == "skip":
                 by_config.append(item)
+                self.deselected_per_file[os.path.realpath(item.path)] += 1
                 continue
             key = (meta["file"], normalize_class(meta["class"] or ""), item.name)
             if self.shard is not None and not self.shard.wants(
@@ -235,6 +234,11 @@ class ReuseSession:
         with time_limit(self.namespace.reuse_timeout, item.nodeid):
             return (yield)
 
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        if self.report is not None and session.config.option.collectonly:
+            for item in session.items:
+                self.report.collected(item.nodeid, item.user_properties)
+
     def pytest_runtest_logstart(self, nodeid: str, location: Any) -> None:
         if self.report is not None:
             self.report.start(nodeid)
@@ -253,6 +257,8 @@ class ReuseSession:
             stats = self.hooks.stats.as_dict()
             stats.update(self.counts)
             stats["missing_ids"] = self.missing_ids
+            for path, count in self.deselected_per_file.items():
+                stats["per_file"].setdefault(path, {})["deselected_by_config"] = count
             stats["unmatched_names"] = (
                 [f"{p.text} ({p.pos})" for p in self.rules.unmatched_patterns()]
                 if self.rules

@@ -1,0 +1,298 @@
+"""Command line: ``python -m selection.reuse {validate,merge,explain,list} ...``.
+
+- ``validate CONFIG...``: load and merge; exit 2 with file:line:column errors.
+- ``merge CONFIG...``: print the merged config as YAML (comments are not kept).
+- ``explain TEST_ID --config CONFIG...``: which entry, mode and edits apply, and why.
+- ``list --config CONFIG...``: per file and mode, how many generic tests (static,
+  no torch); ``--collect`` runs pytest's collection through the plugin and counts
+  the generated tests instead.
+Exit codes: 0 fine, 1 a test id/tree problem, 2 an invalid config.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+import yaml
+
+from .loader import ConfigError, load_configs
+from .matching import Decision, Rules
+from .schema import MODES, Config, DtypeSpec, OpSpec
+from .testtree import resolve_test_id, scan_file
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        config = load_configs(
+            args.configs, {"TORCH_ROOT": args.torch_root, "TORCH_DEVICE_ROOT": args.device_root}
+        )
+    except ConfigError as error:
+        print(error, file=sys.stderr)
+        return 2
+    try:
+        return int(args.handler(config, args) or 0)
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m selection.reuse", description=__doc__.split("\n")[0]
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--torch-root", help="value of ${TORCH_ROOT} (default: $TORCH_ROOT)")
+    common.add_argument("--device-root", help="value of ${TORCH_DEVICE_ROOT}")
+    validate = commands.add_parser("validate", parents=[common], help="check configs")
+    validate.add_argument("configs", nargs="+")
+    validate.set_defaults(handler=_validate)
+    merge = commands.add_parser("merge", parents=[common], help="print the merged config")
+    merge.add_argument("configs", nargs="+")
+    merge.set_defaults(handler=_merge)
+    explain = commands.add_parser("explain", parents=[common], help="why a test gets its mode")
+    explain.add_argument("test_id", help="path::Class::test (generic or generated name)")
+    explain.add_argument("--config", dest="configs", action="append", required=True)
+    explain.set_defaults(handler=_explain)
+    listing = commands.add_parser("list", parents=[common], help="tests per file and mode")
+    listing.add_argument("--config", dest="configs", action="append", required=True)
+    listing.add_argument(
+        "--collect", action="store_true", help="count generated tests (imports torch)"
+    )
+    listing.add_argument("--device", help="device module for --collect")
+    listing.set_defaults(handler=_list_command)
+    return parser
+
+
+def _validate(config: Config, args: argparse.Namespace) -> int:
+    tests = sum(len(entry.tests) for entry in config.files)
+    print(f"OK: {len(config.sources)} config(s), {len(config.files)} files entries "
+          f"({len(config.all_files())} files), {tests} tests entries, labels {list(config.labels)}")  # fmt: skip
+    return 0
+
+
+def _merge(config: Config, args: argparse.Namespace) -> int:
+    print(yaml.safe_dump({"test_suite_config": config_document(config)}, sort_keys=False), end="")
+    return 0
+
+
+def config_document(config: Config) -> dict[str, Any]:
+    """A merged config as plain data (the YAML ``merge`` prints)."""
+    files = []
+    for entry in config.files:
+        # A relative path meant "next to its config"; merged, it is shown absolute.
+        path = entry.path if "${" in entry.path or os.path.isabs(entry.path) else entry.pattern
+        item: dict[str, Any] = {"path": path, "unlisted_test_mode": entry.unlisted_test_mode}
+        if entry.tests:
+            item["tests"] = [_test_document(test) for test in entry.tests]
+        files.append(item)
+    document: dict[str, Any] = {"labels": list(config.labels), "files": files}
+    section = {
+        "supported_dtypes": _list(config.global_.supported_dtypes, _dtype_document),
+        "supported_ops": _list(config.global_.supported_ops, _op_document),
+        "supported_modules": _list(config.global_.supported_modules, lambda m: m.name),
+    }
+    section = {key: value for key, value in section.items() if value is not None}
+    if section:
+        document["global"] = section
+    return document
+
+
+def _list(items: Any, convert: Any) -> Any:
+    return None if items is None else [convert(item) for item in items]
+
+
+def _dtype_document(dtype: DtypeSpec) -> dict[str, Any]:
+    item: dict[str, Any] = {"name": dtype.name}
+    if dtype.precision:
+        item["precision"] = {k: v for k, v in vars(dtype.precision).items() if v is not None}
+    if dtype.force_xfail:
+        item["force_xfail"] = True
+    return item
+
+
+def _op_document(op: OpSpec) -> dict[str, Any]:
+    item: dict[str, Any] = {"name": op.name}
+    if op.dtypes is not None:
+        item["dtypes"] = [_dtype_document(d) for d in op.dtypes]
+    if op.force_xfail:
+        item["force_xfail"] = True
+    return item
+
+
+def _test_document(test: Any) -> dict[str, Any]:
+    item: dict[str, Any] = {"names": [name.text for name in test.names], "mode": test.mode}
+    if test.tags:
+        item["tags"] = list(test.tags)
+    edits = {}
+    for kind in ("dtypes", "ops", "modules"):
+        selection = getattr(test.edits, kind)
+        convert = {
+            "dtypes": _dtype_document,
+            "ops": _op_document,
+            "modules": lambda m: {"name": m.name},
+        }[kind]
+        part = {
+            k: [convert(x) for x in getattr(selection, k)]
+            for k in ("include", "exclude")
+            if getattr(selection, k)
+        }
+        if part:
+            edits[kind] = part
+    if edits:
+        item["edits"] = edits
+    return item
+
+
+def _explain(config: Config, args: argparse.Namespace) -> int:
+    test = resolve_test_id(args.test_id)
+    rules = Rules(config)
+    file_rules = rules.for_file(test.path)
+    print(f"test: {test}" + (f"  (generated variant: {test.variant})" if test.variant else ""))
+    if file_rules is None:
+        print("no files entry lists this file: the plugin does not collect it")
+        return 0
+    for entry in file_rules.entries:
+        print(
+            f"files entry: {entry.pos} path {entry.path} (unlisted_test_mode: {entry.unlisted_test_mode})"
+        )
+    decision = file_rules.decide(test.cls, test.name)
+    for line in explain_lines(decision, config, test.parts()):
+        print(line)
+    return 0
+
+
+def explain_lines(
+    decision: Decision, config: Config, variant: tuple[str | None, list[str]]
+) -> list[str]:
+    lines = []
+    if decision.entry is None:
+        lines.append(
+            f"matched: no tests entry names it -> unlisted_test_mode of {decision.file_entry.pos}"
+        )
+    else:
+        kind = (
+            "regex (full match)"
+            if decision.pattern and decision.pattern.is_regex
+            else "literal name"
+        )
+        lines.append(
+            f"matched: tests entry at {decision.entry.pos} by {kind} '{decision.pattern.text if decision.pattern else ''}'"
+        )
+    lines.append(f"mode: {decision.mode}")
+    lines.append(f"reason: {decision.reason}")
+    lines += _edit_lines(decision)
+    lines += _global_lines(config)
+    op, dtypes = variant
+    filters = decision.filters
+    if op:
+        verdict = "kept" if filters.op_allowed((op, op)) else "filtered out"
+        lines.append(f"variant op {op}: {verdict}")
+    for dtype in dtypes:
+        verdict = "kept" if filters.dtype_allowed(dtype, (op,) if op else ()) else "filtered out"
+        lines.append(f"variant dtype {dtype}: {verdict}")
+    tags = list(decision.tags) + [f"testtype__{label}" for label in config.labels]
+    lines.append(
+        f"markers: {', '.join(tags + [f'mode__{decision.mode}'])} (+ op__/dtype__/module__ per variant)"
+    )
+    return lines
+
+
+def _edit_lines(decision: Decision) -> list[str]:
+    if decision.entry is None or not decision.entry.edits:
+        return ["edits: none"]
+    lines = []
+    for kind in ("dtypes", "ops", "modules"):
+        selection = getattr(decision.entry.edits, kind)
+        for action in ("include", "exclude"):
+            names = [getattr(item, "name", "") for item in getattr(selection, action)]
+            if names:
+                lines.append(f"edits: {kind} {action} {', '.join(names)}")
+    return lines
+
+
+def _global_lines(config: Config) -> list[str]:
+    section = config.global_
+    shown = []
+    for label, items in (
+        ("supported_dtypes", section.supported_dtypes),
+        ("supported_ops", section.supported_ops),
+        ("supported_modules", section.supported_modules),
+    ):
+        names = "(any)" if items is None else ", ".join(item.name for item in items)
+        shown.append(f"global {label}: {names}")
+    return shown
+
+
+def _list_command(config_: Config, args: argparse.Namespace) -> int:
+    rows = _collected_counts(config_, args) if args.collect else _static_counts(config_)
+    width = max([len(path) for path in rows] + [4])
+    print(f"{'file':<{width}}  " + "  ".join(f"{mode:>17}" for mode in MODES))
+    for path, counts in sorted(rows.items()):
+        print(f"{path:<{width}}  " + "  ".join(f"{counts.get(mode, 0):>17}" for mode in MODES))
+    return 0
+
+
+def _static_counts(config: Config) -> dict[str, Counter[str]]:
+    rules = Rules(config)
+    rows: dict[str, Counter[str]] = {}
+    for path in rules.files:
+        file_rules = rules.for_file(path)
+        assert file_rules is not None
+        counts: Counter[str] = Counter()
+        for test in scan_file(path):
+            counts[file_rules.decide(test.cls, test.name).mode] += 1
+        rows[_shown_path(path)] = counts
+    return rows
+
+
+def _collected_counts(config: Config, args: argparse.Namespace) -> dict[str, Counter[str]]:
+    """Generated tests per file and mode, from a --collect-only run through the plugin."""
+    with tempfile.TemporaryDirectory() as tmp:
+        report = os.path.join(tmp, "collect.json")
+        command = [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "crcr_reuse",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "no:django",
+            "--collect-only",
+            "-q",
+            f"--rootdir={tmp}",
+            f"--reuse-json={report}",
+        ]
+        command += [f"--reuse-config={os.path.abspath(path)}" for path in args.configs]
+        command += [f"--reuse-device={args.device}"] if args.device else []
+        command += [f"--reuse-torch-root={args.torch_root}"] if args.torch_root else []
+        done = subprocess.run(command, cwd=tmp, capture_output=True, text=True, check=False)
+        if not os.path.exists(report):
+            raise ValueError(f"collection failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
+        with open(report) as handle:
+            document = json.load(handle)
+    rows: dict[str, Counter[str]] = defaultdict(Counter)
+    for record in document["tests"]:
+        rows[_shown_path(record["file"])][record["mode"]] += 1
+    for path, counts in document["collection"].get("per_file", {}).items():
+        rows[_shown_path(path)]["skip"] += counts.get("skipped_variants", 0) + counts.get(
+            "deselected_by_config", 0
+        )
+    return rows
+
+
+def _shown_path(path: str) -> str:
+    relative = os.path.relpath(path)
+    return path if relative.startswith("..") else relative
