@@ -14,10 +14,20 @@ class InventorySnapshot(models.Model):
 
     pytorch_sha = models.CharField(max_length=40, unique=True)
     root = models.CharField(max_length=500, help_text="where the tree was read from")
+    stats = models.JSONField(
+        default=dict, blank=True, help_text="files parsed, files reused, tests, seconds"
+    )
     created_at = models.DateTimeField(default=timezone.now)
 
     def __str__(self) -> str:
         return self.pytorch_sha[:12]
+
+    def test_hashes(self) -> dict[tuple[str, str, str], str]:
+        """(file, class, test) -> content hash: what an upgrade diffs."""
+        rows = UpstreamTest.objects.filter(file__snapshot=self).values_list(
+            "file__path", "class_name", "test_name", "content_hash"
+        )
+        return {(path, cls, name): digest for path, cls, name, digest in rows}
 
 
 class TestFile(models.Model):
@@ -28,11 +38,15 @@ class TestFile(models.Model):
     content_hash = models.CharField(max_length=64)
     summary = models.TextField(blank=True)
     embedding = models.BinaryField(null=True, blank=True)
+    area = models.CharField(max_length=40, blank=True, help_text="dynamo, distributed, ops, …")
+    parse_error = models.TextField(blank=True)
 
     class Meta:
         constraints = [
             models.UniqueConstraint(fields=["snapshot", "path"], name="testfile_unique_path")
         ]
+        # Incremental inventory: "was this exact file already parsed in some snapshot?"
+        indexes = [models.Index(fields=["path", "content_hash"], name="testfile_by_hash")]
 
     def __str__(self) -> str:
         return self.path
@@ -53,6 +67,13 @@ class UpstreamTest(models.Model):
     summary = models.TextField(blank=True)
     content_hash = models.CharField(max_length=64)
     embedding = models.BinaryField(null=True, blank=True)
+    line = models.PositiveIntegerField(default=0)
+    device_generic = models.BooleanField(
+        default=True, help_text="instantiated per device (instantiate_device_type_tests)"
+    )
+    parametrize = models.JSONField(
+        default=dict, blank=True, help_text="@parametrize names and their values' source"
+    )
 
     class Meta:
         constraints = [
@@ -63,6 +84,10 @@ class UpstreamTest(models.Model):
 
     def __str__(self) -> str:
         return f"{self.class_name}::{self.test_name}"
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.file.path, self.class_name, self.test_name)
 
 
 class OpUsage(models.Model):
@@ -75,6 +100,9 @@ class OpUsage(models.Model):
     file_path = models.CharField(max_length=300)
     class_name = models.CharField(max_length=200)
     test_name = models.CharField(max_length=300)
+    opinfo = models.CharField(
+        max_length=200, blank=True, help_text="the OpInfo variant that called it (OpInfo tests)"
+    )
     op = models.CharField(max_length=200, help_text="aten overload, e.g. add.Tensor")
     source = models.CharField(max_length=10, choices=Source.choices, default=Source.EAGER)
     is_helper = models.BooleanField(
@@ -85,15 +113,131 @@ class OpUsage(models.Model):
     class Meta:
         constraints = [
             models.UniqueConstraint(
-                fields=["file_path", "class_name", "test_name", "op", "source"],
-                name="opusage_unique",
+                fields=["file_path", "class_name", "test_name", "opinfo", "op", "source"],
+                name="opusage_unique_variant",
             )
         ]
-        # The operators page: op -> tests.
-        indexes = [models.Index(fields=["op"], name="opusage_by_op")]
+        indexes = [
+            # The operators page and "tests waiting on X": op -> tests.
+            models.Index(fields=["op"], name="opusage_by_op"),
+            # Stage 3 and re-capture: test -> ops.
+            models.Index(fields=["file_path", "class_name", "test_name"], name="opusage_by_test"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.op} in {self.class_name}::{self.test_name}"
+
+    @property
+    def packet(self) -> str:
+        """The operator without its overload: add.Tensor -> add."""
+        return self.op.split(".", 1)[0]
+
+
+class CapturedTest(models.Model):
+    """What one capture run saw of a generic test: its variants, spans and outcomes."""
+
+    file_path = models.CharField(max_length=300)
+    class_name = models.CharField(max_length=200, blank=True)
+    test_name = models.CharField(max_length=300)
+    device = models.CharField(max_length=40, default="cpu", help_text="where it was captured")
+    variants = models.PositiveIntegerField(default=0)
+    passed = models.PositiveIntegerField(default=0)
+    failed = models.PositiveIntegerField(default=0)
+    skipped = models.PositiveIntegerField(default=0)
+    first_failure = models.TextField(blank=True)
+    opinfos = models.JSONField(default=list, blank=True)
+    dtypes = models.JSONField(default=list, blank=True)
+    modules = models.JSONField(default=list, blank=True)
+    compiled = models.BooleanField(default=False, help_text="ops read from TORCH_LOGS graphs")
+    uncaptured = models.BooleanField(default=False, help_text="ran without capture (lazy)")
+    seconds = models.FloatField(default=0)
+    recorded_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            # Re-running the capture updates a test's row, never adds a second one.
+            models.UniqueConstraint(
+                fields=["file_path", "class_name", "test_name"], name="capturedtest_unique"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.class_name}::{self.test_name} ({self.variants} variants)"
+
+
+class SelectionRun(models.Model):
+    """One run of the selection pipeline (stages 1-4, enabling an op, or an upgrade)."""
+
+    class Kind(models.TextChoices):
+        SELECT = "select", "stages 1-4"
+        ENABLE_OP = "enable_op", "enable an operator"
+        UPGRADE = "upgrade", "upgrade PyTorch"
+
+    class Status(models.TextChoices):
+        QUEUED = "queued", "queued"
+        RUNNING = "running", "running"
+        DONE = "done", "done"
+        FAILED = "failed", "failed"
+
+    uuid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    backend = models.ForeignKey(
+        "runs.Backend", on_delete=models.PROTECT, related_name="selection_runs"
+    )
+    kind = models.CharField(max_length=10, choices=Kind.choices)
+    argument = models.CharField(
+        max_length=200, blank=True, help_text="the operator to enable, or the new PyTorch SHA"
+    )
+    pytorch_sha = models.CharField(max_length=40, blank=True)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.QUEUED)
+    stage = models.CharField(max_length=100, blank=True, help_text="what it is doing now")
+    done = models.PositiveIntegerField(default=0)
+    total = models.PositiveIntegerField(default=0)
+    summary = models.JSONField(default=dict, blank=True)
+    error = models.TextField(blank=True)
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.get_kind_display()} for {self.backend_id} ({self.status})"
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status in (self.Status.DONE, self.Status.FAILED)
+
+    @property
+    def percent(self) -> int:
+        return int(100 * self.done / self.total) if self.total else 0
+
+    def claim(self) -> bool:
+        """Move a queued run to running; False when another worker got there first."""
+        now = timezone.now()
+        # Conditional update: a redelivered task finds the run taken and stops.
+        won = SelectionRun.objects.filter(pk=self.pk, status=self.Status.QUEUED).update(
+            status=self.Status.RUNNING, started_at=now
+        )
+        if won:
+            self.status, self.started_at = self.Status.RUNNING, now
+        return bool(won)
+
+    def report(self, stage: str, done: int = 0, total: int = 0) -> None:
+        """Record progress (what the page polls)."""
+        self.stage, self.done, self.total = stage, done, total
+        SelectionRun.objects.filter(pk=self.pk).update(stage=stage, done=done, total=total)
+
+    def finish(self, summary: dict[str, Any], error: str = "") -> None:
+        status = self.Status.FAILED if error else self.Status.DONE
+        now = timezone.now()
+        self.status, self.summary, self.error, self.finished_at = status, summary, error, now
+        SelectionRun.objects.filter(pk=self.pk).update(
+            status=status, summary=summary, error=error, finished_at=now
+        )
 
 
 class ConfigVersion(models.Model):
@@ -216,12 +360,19 @@ class Proposal(models.Model):
     config_change = models.ForeignKey(
         ConfigChange, null=True, blank=True, on_delete=models.SET_NULL, related_name="proposals"
     )
+    selection_run = models.ForeignKey(
+        SelectionRun, null=True, blank=True, on_delete=models.SET_NULL, related_name="proposals"
+    )
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
-        # The review queue: filtered by status and file, newest first.
         indexes = [
+            # The review queue: filtered by status and file, newest first.
             models.Index(fields=["backend", "status", "file_path"], name="proposal_queue"),
+            # The pipeline's "is there already a decision for this test?".
+            models.Index(
+                fields=["backend", "file_path", "class_name", "test_name"], name="proposal_by_test"
+            ),
         ]
         ordering = ["file_path", "class_name", "test_name"]
 

@@ -1,0 +1,142 @@
+"""What a backend supports: operators and dtypes, from its config and from its device.
+
+The config's `global.supported_ops` / `supported_dtypes` are the declared
+capabilities. When the config declares no operator list, the device itself is
+asked: a subprocess imports the backend's module and lists the aten operators
+that have a PrivateUse1 kernel (`python -m selection.capabilities MODULE`).
+Either way, overloads with a device-independent kernel (CompositeExplicitAutograd:
+clone, _to_copy, expand, …) count as supported: they run on any backend that has
+the primitives they are written in.
+
+The reference device reads its operator set from `CRCR_REFDEV_OPS`, so when the
+pipeline runs tests it hands the device exactly these capabilities (`device_env`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+from django.conf import settings
+
+PROBE_TIMEOUT = 300
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    ops: frozenset[str]  # operator packets: "add", "lgamma"
+    dtypes: frozenset[str] | None  # None: every dtype
+    composite: frozenset[str] = frozenset()  # overloads any backend runs: "clone.default"
+    op_dtypes: dict[str, frozenset[str]] = field(default_factory=dict)
+    declared_ops: bool = True  # False: the list came from probing the device
+
+    def supports_op(self, op: str) -> bool:
+        """`op` is an overload as the index stores it ("add.Tensor")."""
+        if op in self.composite:
+            return True
+        return op.split(".", 1)[0] in self.ops
+
+    def supports_dtype(self, dtype: str) -> bool:
+        if self.dtypes is None:
+            return True
+        return all(part in self.dtypes for part in dtype.split(",") if part)
+
+    def with_op(self, packet: str) -> Capabilities:
+        return replace(self, ops=self.ops | {packet})
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "ops": len(self.ops),
+            "dtypes": sorted(self.dtypes) if self.dtypes is not None else "all",
+            "declared_ops": self.declared_ops,
+        }
+
+
+def declared(config_text: str) -> tuple[list[str] | None, list[str] | None, dict[str, list[str]]]:
+    """(op names, dtype names, per-op dtypes) from a config's global section; None if absent."""
+    data = yaml.safe_load(config_text) or {}
+    section = (data.get("test_suite_config") or {}).get("global") or {}
+    ops = section.get("supported_ops")
+    dtypes = section.get("supported_dtypes")
+    op_names = None if ops is None else [_name(item) for item in ops]
+    dtype_names = None if dtypes is None else [_name(item) for item in dtypes]
+    per_op = {
+        _name(item): [_name(d) for d in item.get("dtypes") or []]
+        for item in ops or []
+        if isinstance(item, dict) and item.get("dtypes")
+    }
+    return op_names, dtype_names, per_op
+
+
+def _name(item: Any) -> str:
+    return str(item["name"] if isinstance(item, dict) else item).removeprefix("torch.")
+
+
+def for_backend(config_text: str, device_module: str) -> Capabilities:
+    """The capabilities a backend declares, completed by probing its device where needed."""
+    ops, dtypes, per_op = declared(config_text)
+    probe = probe_device(device_module)
+    return Capabilities(
+        ops=frozenset(ops if ops is not None else probe["ops"]),
+        dtypes=frozenset(dtypes) if dtypes is not None else None,
+        composite=frozenset(probe["composite"]),
+        op_dtypes={op: frozenset(ds) for op, ds in per_op.items()},
+        declared_ops=ops is not None,
+    )
+
+
+def probe_device(device_module: str) -> dict[str, list[str]]:
+    """Ask the device (in a subprocess: torch is imported there) which operators it runs."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(settings.BASE_DIR), env.get("PYTHONPATH", "")])
+    completed = subprocess.run(
+        [sys.executable, "-m", "selection.capabilities", device_module],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=PROBE_TIMEOUT,
+    )
+    if completed.returncode != 0:
+        raise RuntimeError(
+            f"probing {device_module} failed (exit {completed.returncode}):\n"
+            + completed.stderr[-2000:]
+        )
+    result: dict[str, list[str]] = json.loads(completed.stdout.strip().splitlines()[-1])
+    return result
+
+
+def device_env(capabilities: Capabilities, workdir: Path) -> dict[str, str]:
+    """Environment that gives the reference device exactly these operators."""
+    path = workdir / "device-ops.txt"
+    path.write_text("".join(f"{op}\n" for op in sorted(capabilities.ops)))
+    return {"CRCR_REFDEV_OPS": str(path)}
+
+
+def _probe(device_module: str) -> dict[str, list[str]]:
+    import importlib
+
+    importlib.import_module(device_module)
+    import torch
+
+    ops: set[str] = set()
+    composite: set[str] = set()
+    for name in torch._C._dispatch_get_all_op_names():
+        namespace, _, rest = name.partition("::")
+        if namespace != "aten":
+            continue
+        overload = rest if "." in rest else f"{rest}.default"
+        if torch._C._dispatch_has_kernel_for_dispatch_key(name, "PrivateUse1"):
+            ops.add(rest.split(".", 1)[0])
+        if torch._C._dispatch_has_kernel_for_dispatch_key(name, "CompositeExplicitAutograd"):
+            composite.add(overload)
+    return {"ops": sorted(ops), "composite": sorted(composite)}
+
+
+if __name__ == "__main__":
+    print(json.dumps(_probe(sys.argv[1])))

@@ -1,0 +1,296 @@
+"""pytest plugin: record which aten operators each test calls (the operator index's input).
+
+    pytest -p selection.opcapture_plugin --opcapture-out ops.jsonl [test files...]
+
+No Django. Per generated test it writes one JSON line: the generic test (file,
+class without its device suffix, source method name), the OpInfo / dtype /
+module variant, the operators it called split into "under test" and "helper",
+its outcome and duration. How:
+- eager tests run under a `TorchDispatchMode` that keeps each distinct
+  `OpOverload` in a set (nothing else happens per call, to stay cheap);
+- capture is paused inside `assertEqual` / `assert_close` (verification, and
+  most of a test's op calls), and ops called inside `make_tensor` count as
+  helpers; for OpInfo tests only the ops of the declared OpInfo
+  (`param_kwargs["op"]`) count as under test;
+- compiled tests (their code calls `torch.compile` / `_dynamo.optimize`) run
+  without the mode, which would make compilation run eagerly: their operators
+  are read from the post-grad and AOT graphs torch writes to `TORCH_LOGS_OUT`
+  (the runner sets `TORCH_LOGS=post_grad_graphs,aot_graphs`);
+- lazy-tensor tests run without capture (the mode breaks them), marked so.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import json
+import os
+import re
+import time
+from collections.abc import Generator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+DEVICE_SUFFIX = re.compile(r"(CPU|CUDA|META|MPS|XPU|HPU|LAZY|PRIVATEUSE1|PRIVATEUSEONE)$")
+GRAPH_OP = re.compile(r"torch\.ops\.(\w+)\.(\w+)\.(\w+)")
+COMPILE_NAMES = frozenset({"compile", "optimize", "compile_fx"})
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("crcr-opcapture", "crcr: record the aten operators each test calls")
+    group.addoption("--opcapture-out", metavar="JSONL", help="write one line per test here")
+    group.addoption(
+        "--opcapture-root",
+        metavar="DIR",
+        help="paths in the output are relative to this folder (default: the rootdir)",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    out = config.getoption("--opcapture-out")
+    if out:
+        root = config.getoption("--opcapture-root") or str(config.rootpath)
+        config.pluginmanager.register(Capture(Path(out), Path(root)), "crcr-opcapture")
+
+
+def op_name(op: Any) -> str:
+    """aten.add.Tensor -> add.Tensor; other namespaces keep theirs: prims::sum.default."""
+    text = str(op)
+    namespace, _, rest = text.partition(".")
+    return rest if namespace == "aten" else f"{namespace}::{rest}"
+
+
+def graph_ops(text: str) -> set[str]:
+    """Operators named in printed FX graphs (TORCH_LOGS post_grad_graphs / aot_graphs)."""
+    return {
+        name if namespace == "aten" else f"{namespace}::{name}"
+        for namespace, packet, overload in GRAPH_OP.findall(text)
+        for name in [f"{packet}.{overload}"]
+    }
+
+
+class Capture:
+    def __init__(self, out: Path, root: Path) -> None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        # Line-buffered: what a crashed process recorded before it died is kept.
+        self.stream = open(out, "a", buffering=1, encoding="utf-8")  # noqa: SIM115
+        self.root = root.resolve()
+        self.recorder: Any = None
+        self.current: dict[str, Any] | None = None
+        self.logs = Path(os.environ["TORCH_LOGS_OUT"]) if os.environ.get("TORCH_LOGS_OUT") else None
+
+    # -- set-up: wrap the helpers before any test module imports them -----------
+
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        import torch
+        import torch.testing
+        from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
+
+        capture = self
+
+        class Recorder(TorchDispatchMode):
+            """Keeps each distinct overload; `helper_depth` > 0 inside set-up helpers."""
+
+            def __init__(self) -> None:
+                super().__init__()
+                self.ops: set[Any] = set()
+                self.helper_ops: set[Any] = set()
+                self.helper_depth = 0
+
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+                (self.helper_ops if self.helper_depth else self.ops).add(func)
+                return func(*args, **(kwargs or {}))
+
+        self.recorder_class = Recorder
+
+        def paused(fn: Any) -> Any:
+            @functools.wraps(fn)
+            def wrapper(*args: Any, **kwargs: Any) -> Any:
+                if capture.recorder is None:
+                    return fn(*args, **kwargs)
+                with _disable_current_modes():
+                    return fn(*args, **kwargs)
+
+            return wrapper
+
+        def helper(fn: Any) -> Any:
+            @functools.wraps(fn)
+            def wrapper(*args: Any, **kwargs: Any) -> Any:
+                recorder = capture.recorder
+                if recorder is None:
+                    return fn(*args, **kwargs)
+                recorder.helper_depth += 1
+                try:
+                    return fn(*args, **kwargs)
+                finally:
+                    recorder.helper_depth -= 1
+
+            return wrapper
+
+        from torch.testing._internal import common_utils
+
+        common_utils.TestCase.assertEqual = paused(common_utils.TestCase.assertEqual)  # type: ignore[method-assign]
+        torch.testing.assert_close = paused(torch.testing.assert_close)
+        wrapped_make_tensor = helper(torch.testing.make_tensor)
+        torch.testing.make_tensor = wrapped_make_tensor
+        for module_name in ("torch.testing._creation", "torch.testing._internal.common_utils"):
+            module = __import__(module_name, fromlist=["make_tensor"])
+            if hasattr(module, "make_tensor"):
+                module.make_tensor = wrapped_make_tensor
+
+    # -- per test -------------------------------------------------------------------
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, Any, Any]:
+        entry = self._describe(item)
+        self.current = entry
+        log_start = self._log_size()
+        started = time.perf_counter()
+        try:
+            if entry["how"] != "eager":
+                return (yield)
+            self.recorder = self.recorder_class()
+            try:
+                with self.recorder:
+                    return (yield)
+            finally:
+                entry["ops"], entry["helper_ops"] = self._split(entry, self.recorder)
+                self.recorder = None
+        finally:
+            entry["seconds"] = round(time.perf_counter() - started, 4)
+            if entry["how"] == "compiled":
+                entry["ops"] = sorted(graph_ops(self._log_since(log_start)))
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        entry = self.current
+        if entry is None or entry["node_id"] != report.nodeid:
+            if report.when == "setup" and report.outcome != "passed":
+                self._write({"node_id": report.nodeid, "outcome": _outcome(report), "ops": []})
+            return
+        if report.when == "call" or (report.when == "teardown" and report.failed):
+            entry["outcome"] = _outcome(report)
+            if report.failed:
+                entry["message"] = (report.longreprtext or "")[-2000:]
+        if report.when == "teardown":
+            self._write(entry)
+            self.current = None
+
+    def pytest_sessionfinish(self) -> None:
+        self.stream.close()
+
+    # -- helpers ------------------------------------------------------------------------
+
+    def _describe(self, item: pytest.Item) -> dict[str, Any]:
+        cls = getattr(item, "cls", None)
+        fn = inspect.getattr_static(cls, item.name, None) if cls is not None else None
+        fn = fn if fn is not None else getattr(item, "function", None)
+        params = _param_kwargs(fn)
+        op = params.get("op")
+        module = params.get("module_info")
+        dtype = params.get("dtype", params.get("dtypes"))
+        class_name = cls.__name__ if cls is not None else ""
+        generic_class = (
+            DEVICE_SUFFIX.sub("", class_name) if hasattr(cls, "device_type") else class_name
+        )
+        meta = getattr(fn, "_crcr_meta", None)  # the reuse plugin's annotation, on device runs
+        lazy = "lazy" in class_name.lower() or getattr(cls, "device_type", "") == "lazy"
+        return {
+            "node_id": item.nodeid,
+            "file": _relative(str(item.path), self.root),
+            "class": meta.generic_class if meta is not None else generic_class,
+            "test": meta.generic_test if meta is not None else getattr(fn, "__name__", item.name),
+            "opinfo": getattr(op, "full_name", "") or getattr(op, "name", "")
+            if op is not None
+            else "",
+            "aten_names": _declared(op),
+            "dtype": _dtype_text(dtype),
+            "module": f"torch.{module.name}" if module is not None else "",
+            "how": "uncaptured" if lazy else ("compiled" if _compiles(fn) else "eager"),
+            "outcome": "passed",
+            "ops": [],
+            "helper_ops": [],
+        }
+
+    def _split(self, entry: dict[str, Any], recorder: Any) -> tuple[list[str], list[str]]:
+        ops = {op_name(op) for op in recorder.ops}
+        helpers = {op_name(op) for op in recorder.helper_ops} - ops
+        declared = entry.pop("aten_names")
+        if declared:
+            # An OpInfo test tests its declared op; anything else it calls is a helper.
+            under = {op for op in ops if _packet(op) in declared}
+            helpers |= ops - under
+            ops = under
+        return sorted(ops), sorted(helpers)
+
+    def _write(self, entry: dict[str, Any]) -> None:
+        entry.pop("aten_names", None)
+        self.stream.write(json.dumps(entry) + "\n")
+
+    def _log_size(self) -> int:
+        try:
+            return self.logs.stat().st_size if self.logs else 0
+        except OSError:
+            return 0
+
+    def _log_since(self, offset: int) -> str:
+        if self.logs is None or not self.logs.exists():
+            return ""
+        with self.logs.open("rb") as stream:
+            stream.seek(offset)
+            return stream.read().decode(errors="replace")
+
+
+def _param_kwargs(fn: Any) -> dict[str, Any]:
+    defaults = getattr(fn, "__defaults__", None) or ()
+    first = defaults[0] if defaults else None
+    return first if isinstance(first, dict) else {}
+
+
+def _declared(op: Any) -> list[str]:
+    """Operator packets an OpInfo stands for: its aten name and its own name's last part."""
+    if op is None:
+        return []
+    names = {getattr(op, "aten_name", None), op.name.split(".")[-1], op.name.replace(".", "_")}
+    names |= {f"{n}_" for n in list(names) if n}
+    return sorted(n for n in names if n)
+
+
+def _packet(op: str) -> str:
+    return op.split("::")[-1].split(".", 1)[0]
+
+
+def _dtype_text(dtype: Any) -> str:
+    if dtype is None:
+        return ""
+    if isinstance(dtype, (list, tuple)):
+        return ",".join(str(d).removeprefix("torch.") for d in dtype)
+    return str(dtype).removeprefix("torch.")
+
+
+def _compiles(fn: Any) -> bool:
+    """The test's own code calls torch.compile or dynamo (looked up through wrappers)."""
+    seen = 0
+    while fn is not None and seen < 10:
+        code = getattr(fn, "__code__", None)
+        if code is not None and COMPILE_NAMES & set(code.co_names):
+            return True
+        fn = getattr(fn, "__wrapped__", None)
+        seen += 1
+    return False
+
+
+def _relative(path: str, root: Path) -> str:
+    try:
+        return str(Path(path).resolve().relative_to(root))
+    except ValueError:
+        return path
+
+
+def _outcome(report: pytest.TestReport) -> str:
+    if report.skipped:
+        return "xfailed" if hasattr(report, "wasxfail") else "skipped"
+    if report.failed:
+        return "failed" if report.when == "call" else "error"
+    return "xpassed" if hasattr(report, "wasxfail") else "passed"

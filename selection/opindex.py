@@ -1,0 +1,289 @@
+"""The operator index: run tests under the operator capture and store op -> tests, test -> ops.
+
+Steps of `capture()`:
+1. run pytest with `selection.opcapture_plugin` over the chosen files of the
+   tree, in as few processes as possible (each pays ~10 s importing torch's test
+   machinery), on the CPU by default (every op has a kernel there, so a test's
+   whole op list shows) or on the backend's device; a process that dies is
+   followed by one process per remaining file so one crash loses one file;
+2. fold the per-variant lines into one `CapturedTest` per generic test (variants,
+   outcomes, the OpInfos/dtypes/modules it spans) and `OpUsage` rows keyed by
+   (test, OpInfo variant, op), "under test" or "helper";
+3. replace what the index held for those tests: re-running updates, never duplicates.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Q
+
+from selection.models import CapturedTest, OpUsage
+
+Key = tuple[str, str, str]
+Progress = Callable[[str, int, int], None]
+PLUGIN = "selection.opcapture_plugin"
+TEST_TIMEOUT = 120.0
+
+
+@dataclass
+class CaptureResult:
+    tests: int = 0
+    variants: int = 0
+    rows: int = 0
+    processes: int = 0
+    lost_files: list[str] = field(default_factory=list)
+
+
+def capture_env(tree: Path, workdir: Path, device_module: str | None) -> dict[str, str]:
+    env = dict(os.environ)
+    for name in ("DJANGO_SETTINGS_MODULE", "DATABASE_URL", "CELERY_BROKER_URL"):
+        env.pop(name, None)
+    env.update(
+        TORCH_ROOT=str(tree),
+        PYTHONPATH=os.pathsep.join([str(settings.BASE_DIR), env.get("PYTHONPATH", "")]),
+        PYTHONHASHSEED="0",
+        TORCH_LOGS="post_grad_graphs,aot_graphs",
+        TORCH_LOGS_OUT=str(workdir / "torch_logs.txt"),
+    )
+    if device_module is None:
+        env["PYTORCH_TESTING_DEVICE_ONLY_FOR"] = "cpu"
+    else:
+        env["CRCR_REUSE_DEVICE"] = device_module
+    return env
+
+
+def capture_command(
+    files: Sequence[str], tree: Path, out: Path, device_module: str | None, config: Path | None
+) -> list[str]:
+    command = [
+        sys.executable, "-m", "pytest", *files, f"--rootdir={tree}",
+        "-p", PLUGIN, f"--opcapture-out={out}", f"--opcapture-root={tree}",
+        "-p", "no:cacheprovider", "-q", "--no-header", "-rN", "-o", "addopts=",
+    ]  # fmt: skip
+    if device_module is not None and config is not None:
+        command += [
+            "-p", "crcr_reuse", f"--reuse-config={config}", f"--reuse-device={device_module}",
+            f"--reuse-torch-root={tree}", f"--reuse-timeout={TEST_TIMEOUT:g}",
+        ]  # fmt: skip
+    return command
+
+
+def run_capture(
+    tree: Path,
+    files: Sequence[str],
+    workdir: Path,
+    device_module: str | None = None,
+    progress: Progress | None = None,
+    timeout: float = 3600,
+) -> tuple[list[dict[str, Any]], CaptureResult]:
+    """Run the files under the capture; every line the plugin wrote, and what it cost."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    result = CaptureResult()
+    out = workdir / "capture.jsonl"
+    out.unlink(missing_ok=True)
+    config = _all_tests_config(workdir, files) if device_module else None
+    env = capture_env(tree, workdir, device_module)
+    batches: list[list[str]] = [list(files)]
+    done_files: set[str] = set()
+    while batches:
+        batch = batches.pop(0)
+        if progress:
+            progress("operator index: running tests under capture", len(done_files), len(files))
+        result.processes += 1
+        try:
+            completed = subprocess.run(
+                capture_command(batch, tree, out, device_module, config),
+                cwd=tree, env=env, capture_output=True, text=True, timeout=timeout,
+            )  # fmt: skip
+            died = completed.returncode not in (0, 1, 5)
+        except subprocess.TimeoutExpired:
+            died = True
+        if died and len(batch) > 1:
+            seen = {line.get("file") for line in _read(out)}
+            batches += [[f] for f in batch if f not in seen or f == _last_file(out)]
+            continue
+        if died:
+            result.lost_files += batch
+        done_files |= set(batch)
+    lines = _read(out)
+    if progress:
+        progress("operator index: running tests under capture", len(files), len(files))
+    return lines, result
+
+
+def _all_tests_config(workdir: Path, files: Sequence[str]) -> Path:
+    """A reuse config that runs every test of the files (device capture)."""
+    entries = "".join(
+        f"    - path: ${{TORCH_ROOT}}/{f}\n      unlisted_test_mode: mandatory_success\n"
+        for f in files
+    )
+    path = workdir / "capture-config.yaml"
+    path.write_text(f"test_suite_config:\n  files:\n{entries}")
+    return path
+
+
+def _read(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    lines = []
+    for raw in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            lines.append(json.loads(raw))
+        except json.JSONDecodeError:
+            continue  # the last line of a killed process may be cut short
+    return lines
+
+
+def _last_file(path: Path) -> str | None:
+    lines = _read(path)
+    return lines[-1].get("file") if lines else None
+
+
+# -- storing ----------------------------------------------------------------------------
+
+
+def fold(lines: Iterable[dict[str, Any]]) -> tuple[dict[Key, dict[str, Any]], dict[Key, dict]]:
+    """Per generic test: a summary, and {(opinfo, op): (source, is_helper)}."""
+    tests: dict[Key, dict[str, Any]] = {}
+    usage: dict[Key, dict[tuple[str, str], tuple[str, bool]]] = defaultdict(dict)
+    # A file re-run after a crash reports some tests twice: the last report counts.
+    unique = {line.get("node_id", n): line for n, line in enumerate(lines)}
+    for line in unique.values():
+        if "file" not in line:
+            continue
+        key = (line["file"], line["class"], line["test"])
+        test = tests.setdefault(
+            key,
+            {"variants": 0, "passed": 0, "failed": 0, "skipped": 0, "first_failure": "",
+             "opinfos": set(), "dtypes": set(), "modules": set(), "compiled": False,
+             "uncaptured": False, "seconds": 0.0},
+        )  # fmt: skip
+        test["variants"] += 1
+        outcome = line.get("outcome", "passed")
+        bucket = {"passed": "passed", "xpassed": "passed", "skipped": "skipped"}.get(outcome)
+        test[bucket or "failed"] += 1
+        if bucket is None and not test["first_failure"]:
+            test["first_failure"] = line.get("message", "")[-1500:]
+        for name, field_name in (("opinfo", "opinfos"), ("dtype", "dtypes"), ("module", "modules")):
+            if line.get(name):
+                test[field_name].add(line[name])
+        test["compiled"] |= line.get("how") == "compiled"
+        test["uncaptured"] |= line.get("how") == "uncaptured"
+        test["seconds"] += float(line.get("seconds", 0.0))
+        source = OpUsage.Source.COMPILED if line.get("how") == "compiled" else OpUsage.Source.EAGER
+        opinfo = line.get("opinfo", "")
+        for op in line.get("ops", []):
+            usage[key][(opinfo, op)] = (source, False)
+        for op in line.get("helper_ops", []):
+            usage[key].setdefault((opinfo, op), (source, True))
+    return tests, usage
+
+
+@transaction.atomic
+def store(
+    lines: Iterable[dict[str, Any]], device: str = "cpu", whole_files: Sequence[str] = ()
+) -> int:
+    """Replace the index's rows for every test in `lines` (and for whole files when given)."""
+    tests, usage = fold(lines)
+    stale = Q(file_path__in=list(whole_files))
+    for key in tests:
+        stale |= Q(file_path=key[0], class_name=key[1], test_name=key[2])
+    if tests or whole_files:
+        OpUsage.objects.filter(stale).delete()
+        CapturedTest.objects.filter(stale).delete()
+    CapturedTest.objects.bulk_create(
+        CapturedTest(
+            file_path=key[0],
+            class_name=key[1],
+            test_name=key[2],
+            device=device,
+            variants=t["variants"],
+            passed=t["passed"],
+            failed=t["failed"],
+            skipped=t["skipped"],
+            first_failure=t["first_failure"],
+            opinfos=sorted(t["opinfos"]),
+            dtypes=sorted(t["dtypes"]),
+            modules=sorted(t["modules"]),
+            compiled=t["compiled"],
+            uncaptured=t["uncaptured"],
+            seconds=round(t["seconds"], 4),
+        )
+        for key, t in tests.items()
+    )
+    rows = [
+        OpUsage(
+            file_path=key[0],
+            class_name=key[1],
+            test_name=key[2],
+            opinfo=opinfo,
+            op=op,
+            source=source,
+            is_helper=is_helper,
+        )
+        for key, ops in usage.items()
+        for (opinfo, op), (source, is_helper) in ops.items()
+    ]
+    OpUsage.objects.bulk_create(rows, batch_size=2000)
+    return len(rows)
+
+
+def capture(
+    tree: Path | str,
+    files: Sequence[str],
+    device_module: str | None = None,
+    progress: Progress | None = None,
+    workdir: Path | None = None,
+) -> CaptureResult:
+    """Run `files` of the tree under the capture and update the index with what they called."""
+    tree = Path(tree).resolve()
+    with tempfile.TemporaryDirectory(prefix="crcr-capture-") as scratch:
+        folder = workdir or Path(scratch)
+        lines, result = run_capture(tree, files, folder, device_module, progress)
+    device = "cpu" if device_module is None else "device"
+    result.rows = store(
+        lines, device=device, whole_files=[f for f in files if f not in result.lost_files]
+    )
+    result.tests = len({(line.get("file"), line.get("class"), line.get("test")) for line in lines})
+    result.variants = len(lines)
+    return result
+
+
+# -- reading ------------------------------------------------------------------------------
+
+
+def ops_of(keys: Iterable[Key]) -> dict[Key, dict[str, dict[str, bool]]]:
+    """test -> {opinfo: {op: is_helper}} for the given tests."""
+    wanted = set(keys)
+    files = {key[0] for key in wanted}
+    out: dict[Key, dict[str, dict[str, bool]]] = {}
+    rows = OpUsage.objects.filter(file_path__in=files).values_list(
+        "file_path", "class_name", "test_name", "opinfo", "op", "is_helper"
+    )
+    for path, cls, name, opinfo, op, helper in rows.iterator(chunk_size=5000):
+        key = (path, cls, name)
+        if key in wanted:
+            out.setdefault(key, {}).setdefault(opinfo, {})[op] = helper
+    return out
+
+
+def tests_using(packet: str) -> list[Key]:
+    """Tests whose recorded calls include any overload of the operator `packet`."""
+    rows = (
+        OpUsage.objects.filter(Q(op=packet) | Q(op__startswith=f"{packet}."))
+        .values_list("file_path", "class_name", "test_name")
+        .distinct()
+    )
+    return sorted(set(rows))
