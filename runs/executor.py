@@ -14,6 +14,8 @@ Steps:
    to `max_attempts` in all: a pass then makes the test flaky.
 """
 
+import ctypes
+import ctypes.util
 import json
 import os
 import signal
@@ -27,7 +29,8 @@ from selection.reuse.sharding import normalize_class
 
 FAILING = ("failed", "error")
 EXIT_OK = (0, 1, 5)
-WATCH_INTERVAL = 0.5  # all passed, some failed, none collected: pytest ended normally
+WATCH_INTERVAL = 0.5
+PR_SET_PDEATHSIG = 1  # all passed, some failed, none collected: pytest ended normally
 
 
 @dataclass
@@ -166,6 +169,7 @@ class Executor:
                 stdout=output,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # its own process group, so a kill takes every child
+                preexec_fn=_die_with_parent,
             )
             exit_code, timed_out = self._watch(process, progress, timeout)
         records, started = read_progress(progress)
@@ -200,6 +204,12 @@ def _test_hangs(progress: Path, limit: float) -> bool:
     except (OSError, IndexError):
         return False
     return b'"event": "start"' in last
+
+
+def _die_with_parent() -> None:
+    """In the child: be killed when the worker that started it dies (Linux)."""
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def canonical(node_id: str) -> str:

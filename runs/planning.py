@@ -20,6 +20,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from runs import sharding, testtree
+from runs.executor import canonical
 from runs.models import Run, Shard, TestDuration
 
 
@@ -38,7 +39,10 @@ def device_env(run: Run, tree: Path) -> dict[str, str]:
     env = dict(os.environ)
     for name in ("DJANGO_SETTINGS_MODULE", "DATABASE_URL", "CELERY_BROKER_URL"):
         env.pop(name, None)  # the device subprocess is not crcr and needs neither
+    tmp = workdir_for(run) / "tmp"
+    tmp.mkdir(exist_ok=True)
     env.update(
+        TMPDIR=str(tmp),  # the run's own temporary files, apart from other runs'
         TORCH_ROOT=str(tree),
         CRCR_REUSE_DEVICE=run.backend.device_module,
         PYTHONPATH=os.pathsep.join([str(settings.BASE_DIR), env.get("PYTHONPATH", "")]),
@@ -73,7 +77,9 @@ def collect(run: Run) -> list[str]:
     completed = subprocess.run(
         command, cwd=tree, env=device_env(run, tree), capture_output=True, text=True, timeout=1800
     )
-    ids = [line for line in completed.stdout.splitlines() if "::" in line and " " not in line]
+    # Ids in one spelling of the backend's class suffix, as results are stored.
+    lines = completed.stdout.splitlines()
+    ids = [canonical(line) for line in lines if "::" in line and " " not in line]
     if completed.returncode not in (0, 5) or (completed.returncode == 0 and not ids):
         tail = (completed.stdout + completed.stderr)[-3000:]
         raise PlanningError(f"collection failed (exit {completed.returncode}):\n{tail}")
