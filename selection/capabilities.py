@@ -35,6 +35,7 @@ class Capabilities:
     composite: frozenset[str] = frozenset()  # overloads any backend runs: "clone.default"
     op_dtypes: dict[str, frozenset[str]] = field(default_factory=dict)
     declared_ops: bool = True  # False: the list came from probing the device
+    device_ops: frozenset[str] = frozenset()  # what the device has kernels for (probed)
 
     def supports_op(self, op: str) -> bool:
         """`op` is an overload as the index stores it ("add.Tensor")."""
@@ -48,7 +49,7 @@ class Capabilities:
         return all(part in self.dtypes for part in dtype.split(",") if part)
 
     def with_op(self, packet: str) -> Capabilities:
-        return replace(self, ops=self.ops | {packet})
+        return replace(self, ops=self.ops | {packet}, device_ops=self.device_ops | {packet})
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -88,6 +89,7 @@ def for_backend(config_text: str, device_module: str) -> Capabilities:
         composite=frozenset(probe["composite"]),
         op_dtypes={op: frozenset(ds) for op, ds in per_op.items()},
         declared_ops=ops is not None,
+        device_ops=frozenset(probe["ops"]),
     )
 
 
@@ -112,9 +114,12 @@ def probe_device(device_module: str) -> dict[str, list[str]]:
 
 
 def device_env(capabilities: Capabilities, workdir: Path) -> dict[str, str]:
-    """Environment that gives the reference device exactly these operators."""
+    """Environment that gives the reference device the probed operators plus any enabled one
+    (other devices ignore it). Nothing when the device is to run as it is."""
+    if not capabilities.device_ops:
+        return {}
     path = workdir / "device-ops.txt"
-    path.write_text("".join(f"{op}\n" for op in sorted(capabilities.ops)))
+    path.write_text("".join(f"{op}\n" for op in sorted(capabilities.device_ops)))
     return {"CRCR_REFDEV_OPS": str(path)}
 
 

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from django.db import transaction
 
@@ -234,7 +235,7 @@ def query(
     from selection import embeddings
 
     vector = embeddings.encode([phrase])[0]
-    candidates: Iterable[tuple[str, str, str, str, bytes | None]]
+    candidates: Iterable[tuple[str, str, str, str, Any]]
     if kind == "files":
         candidates = (
             (path, "", "", summary, blob)

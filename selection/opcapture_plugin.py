@@ -42,6 +42,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("crcr-opcapture", "crcr: record the aten operators each test calls")
     group.addoption("--opcapture-out", metavar="JSONL", help="write one line per test here")
     group.addoption(
+        "--opcapture-keys",
+        metavar="FILE",
+        help="run only these generic tests (lines file::Class::test); others are deselected",
+    )
+    group.addoption(
         "--opcapture-root",
         metavar="DIR",
         help="paths in the output are relative to this folder (default: the rootdir)",
@@ -52,7 +57,9 @@ def pytest_configure(config: pytest.Config) -> None:
     out = config.getoption("--opcapture-out")
     if out:
         root = config.getoption("--opcapture-root") or str(config.rootpath)
-        config.pluginmanager.register(Capture(Path(out), Path(root)), "crcr-opcapture")
+        keys = config.getoption("--opcapture-keys")
+        wanted = set(Path(keys).read_text().split()) if keys else None
+        config.pluginmanager.register(Capture(Path(out), Path(root), wanted), "crcr-opcapture")
 
 
 def op_name(op: Any) -> str:
@@ -72,7 +79,8 @@ def graph_ops(text: str) -> set[str]:
 
 
 class Capture:
-    def __init__(self, out: Path, root: Path) -> None:
+    def __init__(self, out: Path, root: Path, wanted: set[str] | None = None) -> None:
+        self.wanted = wanted
         out.parent.mkdir(parents=True, exist_ok=True)
         # Line-buffered: what a crashed process recorded before it died is kept.
         self.stream = open(out, "a", buffering=1, encoding="utf-8")  # noqa: SIM115
@@ -99,7 +107,7 @@ class Capture:
                 self.helper_ops: set[Any] = set()
                 self.helper_depth = 0
 
-            def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
                 (self.helper_ops if self.helper_depth else self.ops).add(func)
                 return func(*args, **(kwargs or {}))
 
@@ -131,16 +139,31 @@ class Capture:
 
         from torch.testing._internal import common_utils
 
-        common_utils.TestCase.assertEqual = paused(common_utils.TestCase.assertEqual)  # type: ignore[method-assign]
+        common_utils.TestCase.assertEqual = paused(common_utils.TestCase.assertEqual)
         torch.testing.assert_close = paused(torch.testing.assert_close)
-        wrapped_make_tensor = helper(torch.testing.make_tensor)
-        torch.testing.make_tensor = wrapped_make_tensor
+        wrapped_make_tensor = helper(getattr(torch.testing, "make_tensor"))  # noqa: B009
+        setattr(torch.testing, "make_tensor", wrapped_make_tensor)  # noqa: B010 (no stub for it)
         for module_name in ("torch.testing._creation", "torch.testing._internal.common_utils"):
             module = __import__(module_name, fromlist=["make_tensor"])
             if hasattr(module, "make_tensor"):
-                module.make_tensor = wrapped_make_tensor
+                setattr(module, "make_tensor", wrapped_make_tensor)  # noqa: B010
 
     # -- per test -------------------------------------------------------------------
+
+    def pytest_collection_modifyitems(
+        self, config: pytest.Config, items: list[pytest.Item]
+    ) -> None:
+        if self.wanted is None:
+            return
+        kept: list[pytest.Item] = []
+        dropped: list[pytest.Item] = []
+        for item in items:
+            entry = self._describe(item)
+            key = f"{entry['file']}::{entry['class']}::{entry['test']}"
+            (kept if key in self.wanted else dropped).append(item)
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+            items[:] = kept
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, Any, Any]:

@@ -65,13 +65,20 @@ def capture_env(tree: Path, workdir: Path, device_module: str | None) -> dict[st
 
 
 def capture_command(
-    files: Sequence[str], tree: Path, out: Path, device_module: str | None, config: Path | None
+    files: Sequence[str],
+    tree: Path,
+    out: Path,
+    device_module: str | None,
+    config: Path | None,
+    keys: Path | None = None,
 ) -> list[str]:
     command = [
         sys.executable, "-m", "pytest", *files, f"--rootdir={tree}",
         "-p", PLUGIN, f"--opcapture-out={out}", f"--opcapture-root={tree}",
         "-p", "no:cacheprovider", "-q", "--no-header", "-rN", "-o", "addopts=",
     ]  # fmt: skip
+    if keys is not None:
+        command.append(f"--opcapture-keys={keys}")
     if device_module is not None and config is not None:
         command += [
             "-p", "crcr_reuse", f"--reuse-config={config}", f"--reuse-device={device_module}",
@@ -87,9 +94,14 @@ def run_capture(
     device_module: str | None = None,
     progress: Progress | None = None,
     timeout: float = 3600,
+    only: Sequence[Key] | None = None,
 ) -> tuple[list[dict[str, Any]], CaptureResult]:
     """Run the files under the capture; every line the plugin wrote, and what it cost."""
     workdir.mkdir(parents=True, exist_ok=True)
+    keys = None
+    if only is not None:
+        keys = workdir / "keys.txt"
+        keys.write_text("".join(f"{'::'.join(key)}\n" for key in only))
     result = CaptureResult()
     out = workdir / "capture.jsonl"
     out.unlink(missing_ok=True)
@@ -104,7 +116,7 @@ def run_capture(
         result.processes += 1
         try:
             completed = subprocess.run(
-                capture_command(batch, tree, out, device_module, config),
+                capture_command(batch, tree, out, device_module, config, keys),
                 cwd=tree, env=env, capture_output=True, text=True, timeout=timeout,
             )  # fmt: skip
             died = completed.returncode not in (0, 1, 5)
@@ -246,16 +258,17 @@ def capture(
     device_module: str | None = None,
     progress: Progress | None = None,
     workdir: Path | None = None,
+    only: Sequence[Key] | None = None,
 ) -> CaptureResult:
-    """Run `files` of the tree under the capture and update the index with what they called."""
+    """Run `files` of the tree (or only the tests `only` names) under the capture and
+    update the index with what they called."""
     tree = Path(tree).resolve()
     with tempfile.TemporaryDirectory(prefix="crcr-capture-") as scratch:
         folder = workdir or Path(scratch)
-        lines, result = run_capture(tree, files, folder, device_module, progress)
+        lines, result = run_capture(tree, files, folder, device_module, progress, only=only)
     device = "cpu" if device_module is None else "device"
-    result.rows = store(
-        lines, device=device, whole_files=[f for f in files if f not in result.lost_files]
-    )
+    whole = [] if only is not None else [f for f in files if f not in result.lost_files]
+    result.rows = store(lines, device=device, whole_files=whole)
     result.tests = len({(line.get("file"), line.get("class"), line.get("test")) for line in lines})
     result.variants = len(lines)
     return result

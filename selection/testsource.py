@@ -275,7 +275,7 @@ class _Reader:
         """The expression plus the module-level definitions it names, transitively."""
         seen: set[str] = set()
         parts: list[ast.AST] = [node]
-        queue = [node]
+        queue: list[ast.AST] = [node]
         while queue:
             current = queue.pop()
             for child in ast.walk(current):

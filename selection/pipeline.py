@@ -1,0 +1,409 @@
+"""The selection pipeline for one backend: inventory, stages 1-4, proposals in the review queue.
+
+`run_for_backend()` is the main job (the demo and `manage.py select` call it):
+1. inventory the tree at the SHA (repo memory, incremental);
+2. stage 1: choose the files to analyse from the backend's extension points and
+   scope preference (exclusions keep their reasons in the run's summary);
+3. operator index: run the chosen files under the capture (CPU);
+4. stage 3: classify every test (deterministic by default, see `classifiers`);
+5. stage 4: run the proposed set on the device and correct it (`refine`);
+   flaky tests with a history get a quarantine proposal;
+6. store proposals: one pending proposal per test whose decision the config
+   does not already say; a decision already approved or merged is not re-proposed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import tempfile
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+
+from runs.models import Backend
+from selection import classifiers, configwriter, inventory, opindex, refine, scope
+from selection.capabilities import Capabilities, for_backend
+from selection.models import (
+    CapturedTest,
+    ConfigVersion,
+    InventorySnapshot,
+    Proposal,
+    SelectionRun,
+    UpstreamTest,
+)
+from selection.progress import Progress, RunStatus, both
+
+Key = tuple[str, str, str]
+
+
+@dataclass
+class Decision:
+    key: Key
+    mode: str
+    reason: str
+    stage: str
+    edits: dict[str, Any] = field(default_factory=dict)
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+    def for_config(self) -> configwriter.Decision:
+        return configwriter.Decision(
+            *self.key, mode=self.mode, reason=self.reason, edits=self.edits
+        )
+
+
+# -- inputs -------------------------------------------------------------------------------------
+
+
+def default_tree() -> Path:
+    return Path(settings.CRCR_TORCH_ROOT).resolve()
+
+
+def tree_sha(tree: Path) -> str:
+    """A stand-in SHA for a tree that is not a git checkout: a hash of its test files."""
+    digest = hashlib.sha256()
+    for path in inventory.test_files(tree):
+        digest.update(str(path).encode() + b"\0" + (tree / path).read_bytes())
+    return "bundled-" + digest.hexdigest()[:32]
+
+
+def current_config(backend: Backend) -> str:
+    version = ConfigVersion.objects.filter(backend=backend).order_by("-number").first()
+    return version.yaml_text if version else "test_suite_config:\n  files: []\n"
+
+
+def evidence_for(
+    snapshot: InventorySnapshot, keys: Iterable[Key]
+) -> dict[Key, classifiers.Evidence]:
+    """Everything stage 3 needs per test: the inventory row, the capture, the op index."""
+    wanted = set(keys)
+    files = {key[0] for key in wanted}
+    tests = UpstreamTest.objects.filter(
+        file__snapshot=snapshot, file__path__in=files
+    ).select_related("file")
+    captured = {
+        (c.file_path, c.class_name, c.test_name): c
+        for c in CapturedTest.objects.filter(file_path__in=files)
+    }
+    ops = opindex.ops_of(wanted)
+    out: dict[Key, classifiers.Evidence] = {}
+    for test in tests:
+        key = test.key
+        if key not in wanted:
+            continue
+        seen = captured.get(key)
+        out[key] = classifiers.Evidence(
+            key=key,
+            device_generic=test.device_generic,
+            restrictions=list(test.device_restrictions),
+            summary=test.summary,
+            captured=seen is not None and not seen.uncaptured,
+            variants=seen.variants if seen else 0,
+            passed=seen.passed if seen else 0,
+            failed=seen.failed if seen else 0,
+            skipped=seen.skipped if seen else 0,
+            first_failure=seen.first_failure if seen else "",
+            opinfos=list(seen.opinfos) if seen else list(test.ops),
+            dtypes=list(seen.dtypes) if seen and seen.dtypes else list(test.dtypes),
+            modules=list(seen.modules) if seen else list(test.modules),
+            ops=ops.get(key, {}),
+        )
+    return out
+
+
+# -- stages ---------------------------------------------------------------------------------------
+
+
+def stage1(snapshot: InventorySnapshot, backend: Backend) -> scope.CoarseResult:
+    files = [
+        scope.FileInfo(path, summary, bytes(blob) if blob else None)
+        for path, summary, blob in snapshot.files.values_list("path", "summary", "embedding")
+    ]
+    keys = [
+        t.key for t in UpstreamTest.objects.filter(file__snapshot=snapshot).select_related("file")
+    ]
+    meaning: dict[str, dict[str, float]] = {}
+    subjects = [c.subject for c in scope.clauses(backend.scope_preference) if c.subject]
+    if subjects and any(f.embedding for f in files):
+        from selection import embeddings
+
+        for subject, vector in zip(subjects, embeddings.encode(subjects), strict=True):
+            scores = embeddings.similarities(vector, [f.embedding for f in files])
+            meaning[subject] = {f.path: score for f, score in zip(files, scores, strict=True)}
+    return scope.coarse_filter(
+        files, backend.extension_points, backend.scope_preference, keys, meaning
+    )
+
+
+def stage3(
+    evidence: dict[Key, classifiers.Evidence],
+    capabilities: Capabilities,
+    classifier: classifiers.Classifier | None = None,
+    progress: Progress | None = None,
+) -> dict[Key, Decision]:
+    chosen = classifier or classifiers.configured_classifier()
+    fallback = classifiers.EvidenceClassifier()
+    decisions: dict[Key, Decision] = {}
+    for n, (key, item) in enumerate(sorted(evidence.items()), start=1):
+        try:
+            verdict = chosen.classify(item, capabilities)
+        except classifiers.ClassifierError as error:
+            verdict = fallback.classify(item, capabilities)
+            verdict.evidence["rejected_answer"] = f"{chosen.name}: {error}"
+        decisions[key] = Decision(
+            key,
+            verdict.mode,
+            verdict.reason,
+            Proposal.Stage.CLASSIFY,
+            verdict.edits,
+            verdict.evidence,
+        )
+        if progress and (n % 50 == 0 or n == len(evidence)):
+            progress("stage 3: classifying tests", n, len(evidence))
+    return decisions
+
+
+def stage4(
+    decisions: dict[Key, Decision],
+    backend: Backend,
+    tree: Path,
+    capabilities: Capabilities,
+    parent: str,
+    progress: Progress | None = None,
+    workdir: Path | None = None,
+) -> dict[str, Any]:
+    """Run the non-skipped decisions on the device and correct them in place."""
+    runnable = [d.for_config() for d in decisions.values() if d.mode != "skip"]
+    if not runnable:
+        return {"ran": 0}
+    text = configwriter.standalone(parent, runnable)
+    with tempfile.TemporaryDirectory(prefix="crcr-stage4-") as scratch:
+        folder = workdir or Path(scratch)
+        records = refine.run_on_device(
+            tree, text, backend.device_module, capabilities, folder, progress
+        )
+    observed = refine.observe(records, tree, list(decisions))
+    history = refine.flaky_history(backend.pk, set(decisions))
+    corrected = 0
+    for key, decision in decisions.items():
+        seen = observed.get(key)
+        if seen is None:
+            continue
+        decision.evidence["device"] = seen.as_dict()
+        capture = decision.evidence.get("capture", {})
+        fix = refine.correct(
+            decision.mode,
+            decision.edits,
+            seen,
+            cpu_failed=bool(capture.get("failed")),
+            device_generic=decision.evidence.get("device_generic", True),
+        )
+        if fix is None:
+            continue
+        corrected += 1
+        decision.mode, decision.reason, decision.edits = fix.mode, fix.reason, fix.edits
+        decision.stage = Proposal.Stage.REFINE
+        if fix.flaky and history.get(key):
+            runs = history[key]
+            decision.stage = Proposal.Stage.QUARANTINE
+            decision.reason = f"flaky: failed then passed on a retry in this run and in {len(runs)} recent CI run(s)"
+            decision.evidence["flaky_history"] = runs
+    for key, runs in history.items():
+        held = decisions.get(key)
+        if held is not None and len(runs) >= 2 and held.stage != Proposal.Stage.QUARANTINE:
+            held.mode, held.edits = "xfail", {}
+            held.stage = Proposal.Stage.QUARANTINE
+            held.reason = f"flaky in {len(runs)} of the recent CI runs: quarantined"
+            held.evidence["flaky_history"] = runs
+    return {"ran": len(records), "tests": len(observed), "corrected": corrected}
+
+
+# -- proposals -----------------------------------------------------------------------------------
+
+
+def explicit_entries(parent: str) -> dict[tuple[str, str], tuple[str, dict[str, Any]]]:
+    """(file, Class::test) -> (mode, edits) of the entries that name one test literally."""
+    import yaml
+
+    data = yaml.safe_load(parent) or {}
+    out: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {}
+    for entry in (data.get("test_suite_config") or {}).get("files") or []:
+        path = configwriter.file_key(str(entry.get("path", "")))
+        for test in entry.get("tests") or []:
+            for name in test.get("names") or []:
+                out[(path, str(name))] = (test.get("mode", ""), test.get("edits") or {})
+    return out
+
+
+@transaction.atomic
+def save_proposals(
+    backend: Backend, run: SelectionRun | None, decisions: Iterable[Decision], parent: str
+) -> dict[str, int]:
+    """Pending proposals for decisions the config and the review queue do not hold yet."""
+    explicit = explicit_entries(parent)
+    existing: dict[Key, list[Proposal]] = {}
+    for proposal in Proposal.objects.filter(backend=backend).exclude(
+        status=Proposal.Status.REJECTED
+    ):
+        existing.setdefault(
+            (proposal.file_path, proposal.class_name, proposal.test_name), []
+        ).append(proposal)
+    counts = {"created": 0, "updated": 0, "unchanged": 0}
+    for decision in decisions:
+        path, cls, name = decision.key
+        written = explicit.get((path, f"{cls}::{name}" if cls else name))
+        if (
+            written is not None
+            and written[0] == decision.mode
+            and _same_edits(written[1], decision.edits)
+        ):
+            counts["unchanged"] += 1
+            continue
+        held = existing.get(decision.key, [])
+        if any(
+            p.status != Proposal.Status.PENDING
+            and p.mode == decision.mode
+            and _same_edits(p.edits, decision.edits)
+            for p in held
+        ):
+            counts["unchanged"] += 1
+            continue
+        pending = next((p for p in held if p.status == Proposal.Status.PENDING), None)
+        fields = {
+            "mode": decision.mode,
+            "edits": decision.edits,
+            "reason": decision.reason[:500],
+            "evidence": decision.evidence,
+            "stage": decision.stage,
+            "selection_run": run,
+        }
+        if pending is not None:
+            # Conditional update: a reviewer who approved it meanwhile keeps their decision.
+            updated = Proposal.objects.filter(pk=pending.pk, status=Proposal.Status.PENDING).update(
+                **fields
+            )
+            counts["updated" if updated else "unchanged"] += 1
+            continue
+        Proposal.objects.create(
+            backend=backend, file_path=path, class_name=cls, test_name=name, **fields
+        )
+        counts["created"] += 1
+    return counts
+
+
+def _same_edits(a: Any, b: Any) -> bool:
+    return (a or {}) == (b or {})
+
+
+# -- the main job --------------------------------------------------------------------------------
+
+
+def start_run(backend: Backend, kind: str, argument: str = "", user: Any = None) -> SelectionRun:
+    return SelectionRun.objects.create(
+        backend=backend, kind=kind, argument=argument, requested_by=user
+    )
+
+
+def run_for_backend(
+    backend: Backend,
+    tree_root: Path | str | None = None,
+    pytorch_sha: str | None = None,
+    progress: Progress | None = None,
+    run: SelectionRun | None = None,
+    classifier: classifiers.Classifier | None = None,
+    device: bool = True,
+) -> SelectionRun:
+    """Inventory the tree, run stages 1-4 for the backend, leave proposals in the review queue."""
+    run = run or start_run(backend, SelectionRun.Kind.SELECT)
+    if run.status == SelectionRun.Status.QUEUED and not run.claim():
+        return run
+    report = both(progress, RunStatus(run))
+    try:
+        summary = _select(backend, run, tree_root, pytorch_sha, report, classifier, device)
+    except Exception as error:
+        run.finish({}, error=f"{type(error).__name__}: {error}")
+        raise
+    run.finish(summary)
+    return run
+
+
+def _select(
+    backend: Backend,
+    run: SelectionRun,
+    tree_root: Path | str | None,
+    pytorch_sha: str | None,
+    report: Progress,
+    classifier: classifiers.Classifier | None,
+    device: bool,
+) -> dict[str, Any]:
+    timings: dict[str, float] = {}
+    clock = time.monotonic()
+
+    def lap(name: str) -> None:
+        nonlocal clock
+        timings[name] = round(time.monotonic() - clock, 2)
+        clock = time.monotonic()
+
+    tree = Path(tree_root).resolve() if tree_root else default_tree()
+    sha = pytorch_sha or tree_sha(tree)
+    SelectionRun.objects.filter(pk=run.pk).update(pytorch_sha=sha)
+    snapshot = inventory.scan(tree, sha, report)
+    lap("inventory")
+    report("stage 1: choosing files", 0, 1)
+    coarse = stage1(snapshot, backend)
+    lap("stage 1")
+    capture = opindex.capture(tree, coarse.included, progress=report)
+    lap("operator index")
+    parent = current_config(backend)
+    report("stage 3: probing the device's operators", 0, 1)
+    capabilities = for_backend(parent, backend.device_module)
+    keys = [k for k in snapshot.test_hashes() if k[0] in set(coarse.included)]
+    evidence = evidence_for(snapshot, [k for k in keys if k not in coarse.excluded_tests])
+    decisions = stage3(evidence, capabilities, classifier, report)
+    for key, reason in coarse.excluded_tests.items():
+        decisions[key] = Decision(
+            key, "skip", reason, Proposal.Stage.COARSE, evidence={"stage1": reason}
+        )
+    lap("stage 3")
+    device_summary = (
+        stage4(decisions, backend, tree, capabilities, parent, report) if device else {}
+    )
+    lap("stage 4")
+    report("saving proposals", 0, 1)
+    counts = save_proposals(backend, run, decisions.values(), parent)
+    report("done", 1, 1)
+    return {
+        "pytorch_sha": sha,
+        "tree": str(tree),
+        "inventory": snapshot.stats,
+        "stage1": coarse.as_dict(),
+        "capture": {"tests": capture.tests, "variants": capture.variants, "rows": capture.rows,
+                    "processes": capture.processes, "lost_files": capture.lost_files},
+        "capabilities": capabilities.summary(),
+        "stage4": device_summary,
+        "proposals": counts,
+        "decisions": decisions_summary(decisions.values()),
+        "seconds": timings,
+    }  # fmt: skip
+
+
+def decisions_summary(decisions: Iterable[Decision]) -> list[dict[str, Any]]:
+    return [
+        {
+            "test": "::".join(d.key),
+            "mode": d.mode,
+            "edits": d.edits,
+            "stage": d.stage,
+            "reason": d.reason,
+        }
+        for d in sorted(decisions, key=lambda d: d.key)
+    ]
+
+
+def keys_in(paths: Sequence[str], snapshot: InventorySnapshot) -> list[Key]:
+    wanted = set(paths)
+    return [key for key in snapshot.test_hashes() if key[0] in wanted]

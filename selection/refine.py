@@ -1,0 +1,443 @@
+"""Stage 4: run the proposed tests on the device and correct the proposals from what happened.
+
+Running goes through the normal shard machinery: the proposals become a config
+(`configwriter.standalone`), pytest collects it with the reuse plugin, and
+`runs.executor.Executor` runs the ids (crash pinning, hang watchdog, one retry
+of failures that are not deterministic). The results are grouped per generic
+test (the `crcr_test` property) and each proposal is corrected:
+- every variant passed: confirmed; a pass of an `xfail` (XPASS, strict or not)
+  promotes it to `mandatory_success`; a pass only on retry makes it flaky;
+- failures, classified by `runs.classify`: `unsupported_op` => skip naming the
+  op (or drop only the failing OpInfos / dtypes); `unsupported_dtype` => drop
+  those dtypes; `numerical_mismatch` => a tolerance edit when the difference is
+  small, else xfail; crash / timeout => skip; anything else => xfail.
+Flaky tests are quarantined (non-strict xfail) with their history as evidence:
+this run plus the backend's recent CI runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import re
+import subprocess
+import sys
+import threading
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from runs.classify import classify
+from runs.executor import Executor, ShardSpec, TestRecord
+from selection.capabilities import Capabilities, device_env
+
+Key = tuple[str, str, str]
+Progress = Callable[[str, int, int], None]
+PASSING = ("passed", "xpassed")
+FAILING = ("failed", "error", "crashed", "timed_out", "xpassed_strict")
+DEVICE_SUFFIX = re.compile(r"(PRIVATEUSE1|PRIVATEUSEONE)$")
+NO_RETRY = {"unsupported_op", "unsupported_dtype", "test_error", "crash", "timeout"}
+TEST_TIMEOUT = 60.0
+# A numerical mismatch this small becomes a tolerance edit rather than an xfail.
+TOLERABLE = 1e-3
+
+
+class DeviceRunError(Exception):
+    """Collection on the device failed (a broken config or tree); the message says how."""
+
+
+@dataclass
+class Observed:
+    """What the device run showed for one generic test."""
+
+    variants: int = 0
+    passed: int = 0
+    failures: list[dict[str, Any]] = field(default_factory=list)
+    xpassed: int = 0
+    flaky: list[str] = field(default_factory=list)
+    opinfos: set[str] = field(default_factory=set)
+    dtypes: set[str] = field(default_factory=set)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "variants": self.variants,
+            "passed": self.passed,
+            "xpassed": self.xpassed,
+            "failed": len(self.failures),
+            "flaky": self.flaky[:10],
+            "failures": self.failures[:5],
+        }
+
+
+def env_for(
+    tree: Path, device_module: str, capabilities: Capabilities, workdir: Path
+) -> dict[str, str]:
+    from django.conf import settings
+
+    env = dict(os.environ)
+    for name in ("DJANGO_SETTINGS_MODULE", "DATABASE_URL", "CELERY_BROKER_URL"):
+        env.pop(name, None)
+    env.update(
+        TORCH_ROOT=str(tree),
+        CRCR_REUSE_DEVICE=device_module,
+        PYTHONPATH=os.pathsep.join([str(settings.BASE_DIR), env.get("PYTHONPATH", "")]),
+        PYTHONHASHSEED="0",
+    )
+    env.update(device_env(capabilities, workdir))
+    return env
+
+
+def plugin_args(config: Path, device_module: str, tree: Path) -> list[str]:
+    return [
+        "-p", "crcr_reuse", f"--reuse-config={config}", f"--reuse-device={device_module}",
+        f"--reuse-torch-root={tree}", f"--reuse-timeout={TEST_TIMEOUT / 2:g}",
+    ]  # fmt: skip
+
+
+def run_on_device(
+    tree: Path,
+    config_text: str,
+    device_module: str,
+    capabilities: Capabilities,
+    workdir: Path,
+    progress: Progress | None = None,
+) -> list[TestRecord]:
+    """Collect the config's tests on the device and run them; every attempt of every test."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    config = workdir / "config.yaml"
+    config.write_text(config_text)
+    env = env_for(tree, device_module, capabilities, workdir)
+    args = plugin_args(config, device_module, tree)
+    completed = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *args],
+        cwd=tree, env=env, capture_output=True, text=True, timeout=1800,
+    )  # fmt: skip
+    ids = [line for line in completed.stdout.splitlines() if "::" in line and " " not in line]
+    if completed.returncode not in (0, 5):
+        tail = (completed.stdout + completed.stderr)[-3000:]
+        raise DeviceRunError(
+            f"collection on the device failed (exit {completed.returncode}):\n{tail}"
+        )
+    if not ids:
+        return []
+    spec = ShardSpec(
+        ids=ids,
+        workdir=workdir / "shard",
+        cwd=tree,
+        pytest_args=args,
+        env=env,
+        python=sys.executable,
+        timeout=3600,
+        test_timeout=TEST_TIMEOUT,
+        max_attempts=2,
+        ids_option="--reuse-ids",
+    )
+    watcher = _Watcher(spec.workdir, len(ids), progress)
+    with watcher:
+        return Executor(spec, should_retry).run()
+
+
+def should_retry(record: TestRecord) -> bool:
+    return classify(record.message).category not in NO_RETRY
+
+
+class _Watcher(threading.Thread):
+    """Reports how many tests finished, from the executor's progress logs."""
+
+    def __init__(self, folder: Path, total: int, progress: Progress | None) -> None:
+        super().__init__(daemon=True)
+        self.folder, self.total, self.progress = folder, total, progress
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopped.wait(2.0):
+            self.report()
+
+    def report(self) -> None:
+        if self.progress is None:
+            return
+        finished: set[str] = set()
+        for log in self.folder.glob("*.progress.jsonl"):
+            for line in log.read_text(errors="replace").splitlines():
+                if '"event": "finish"' in line:
+                    match = re.search(r'"node_id": "([^"]+)"', line)
+                    if match:
+                        finished.add(match.group(1))
+        self.progress(
+            "stage 4: running the proposed tests on the device",
+            min(len(finished), self.total),
+            self.total,
+        )
+
+    def __enter__(self) -> _Watcher:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stopped.set()
+        self.join()
+        self.report()
+
+
+# -- reading the results -----------------------------------------------------------------------
+
+
+def generic_key(record: TestRecord, tree: Path, known: Sequence[Key] = ()) -> Key:
+    """The generic test a record belongs to: from its `crcr_test` property, or (a crashed
+    test reports no properties) the known generic test its node id was generated from."""
+    props = {str(p[0]): str(p[1]) for p in record.properties if len(p) == 2}
+    parts = props.get("crcr_test", "").split("::")
+    if len(parts) == 3:
+        path = parts[0]
+        with contextlib.suppress(ValueError):  # a path outside the tree stays as it is
+            path = str(Path(path).resolve().relative_to(tree.resolve()))
+        return (path, parts[1], parts[2])
+    file, _, rest = record.node_id.partition("::")
+    cls, _, name = rest.rpartition("::")
+    generic_cls = DEVICE_SUFFIX.sub("", cls)
+    candidates = [
+        key
+        for key in known
+        if key[0] == file
+        and key[1] in (cls, generic_cls)
+        and (name == key[2] or name.startswith(key[2] + "_"))
+    ]
+    if candidates:
+        return max(candidates, key=lambda key: len(key[2]))
+    return (file, cls, name)
+
+
+def observe(
+    records: Sequence[TestRecord], tree: Path, known: Sequence[Key] = ()
+) -> dict[Key, Observed]:
+    """Per generic test: variants, final outcomes, failures with their classification."""
+    attempts: dict[str, list[TestRecord]] = defaultdict(list)
+    for record in records:
+        attempts[record.node_id].append(record)
+    observed: dict[Key, Observed] = defaultdict(Observed)
+    for node_id, tries in attempts.items():
+        tries.sort(key=lambda r: r.attempt)
+        final = tries[-1]
+        seen = observed[generic_key(final, tree, known)]
+        props = {str(p[0]): str(p[1]) for p in final.properties if len(p) == 2}
+        seen.variants += 1
+        if props.get("op"):
+            seen.opinfos.add(props["op"])
+        if props.get("dtype"):
+            seen.dtypes.add(props["dtype"])
+        if final.outcome in PASSING or final.outcome == "xfailed":
+            seen.passed += final.outcome == "passed"
+            seen.xpassed += final.outcome == "xpassed"
+            if tries[0].outcome in FAILING and final.outcome in PASSING:
+                seen.flaky.append(node_id)
+        elif final.outcome in FAILING:
+            found = classify(final.message)
+            seen.failures.append(
+                {
+                    "node_id": node_id,
+                    "outcome": final.outcome,
+                    "category": str(found.category),
+                    "op": found.op_overload or found.op or "",
+                    "dtype": found.dtype or props.get("dtype", ""),
+                    "opinfo": props.get("op", ""),
+                    "line": found.line[:300] or _last_line(final.message),
+                    "message": final.message[-600:],
+                }
+            )
+    return dict(observed)
+
+
+def _last_line(text: str) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return lines[-1][:300] if lines else ""
+
+
+# -- correcting -------------------------------------------------------------------------------
+
+
+@dataclass
+class Correction:
+    mode: str
+    reason: str
+    edits: dict[str, Any] = field(default_factory=dict)
+    flaky: bool = False
+
+
+def correct(
+    mode: str,
+    edits: dict[str, Any],
+    seen: Observed,
+    cpu_failed: bool = False,
+    device_generic: bool = True,
+) -> Correction | None:
+    """The corrected proposal, or None when the device run confirms it. `cpu_failed` and
+    `device_generic`: a plain test (it runs on the host CPU either way) that failed under
+    capture and passes here gave two outcomes for the same code: it is flaky."""
+    xfailish = mode in ("xfail", "xfail_strict")
+    if xfailish and cpu_failed and not device_generic and not seen.failures and seen.xpassed:
+        return Correction(
+            "xfail",
+            "flaky: it failed in the capture run and passed on the device, running the same CPU code",
+            flaky=True,
+        )
+    if seen.flaky:
+        return Correction(
+            "xfail",
+            f"flaky on the device: {len(seen.flaky)} variant(s) failed, then passed on a retry",
+            flaky=True,
+        )
+    if not seen.failures:
+        if xfailish and seen.xpassed:
+            return Correction(
+                "mandatory_success",
+                f"passed on the device ({seen.xpassed} unexpected passes) though proposed {mode}",
+                edits,
+            )
+        return None
+    if xfailish and all(f["outcome"] == "xpassed_strict" for f in seen.failures):
+        return Correction("mandatory_success", "a strict xfail passed on the device (XPASS)", edits)
+    return _from_failures(mode, edits, seen)
+
+
+def _from_failures(mode: str, edits: dict[str, Any], seen: Observed) -> Correction:
+    failures = seen.failures
+    categories = {f["category"] for f in failures}
+    first = failures[0]
+    bad_opinfos = {f["opinfo"] for f in failures if f["opinfo"]}
+    partial_opinfos = (
+        bad_opinfos and len(bad_opinfos) < len(seen.opinfos) and all(f["opinfo"] for f in failures)
+    )
+    if categories <= {"unsupported_op", "unsupported_dtype"} and partial_opinfos:
+        ops = sorted({f["op"] for f in failures if f["op"]})
+        return Correction(
+            "mandatory_success",
+            f"drops OpInfo {', '.join(sorted(bad_opinfos))}: on the device "
+            f"{_ops_text(ops) or 'an operator'} is not supported",
+            _merge_exclude(edits, "ops", sorted(bad_opinfos)),
+        )
+    bad_dtypes = {f["dtype"] for f in failures if f["dtype"]}
+    if (
+        categories <= {"unsupported_op", "unsupported_dtype"}
+        and bad_dtypes
+        and len(bad_dtypes) < len(seen.dtypes)
+    ):
+        return Correction(
+            "mandatory_success",
+            f"drops dtype {', '.join(sorted(bad_dtypes))}: the device fails it "
+            f"({first['line'][:120]})",
+            _merge_exclude(edits, "dtypes", sorted(bad_dtypes)),
+        )
+    if "unsupported_op" in categories:
+        ops = sorted({f["op"] for f in failures if f["category"] == "unsupported_op" and f["op"]})
+        return Correction(
+            "skip",
+            f"on the device it needs {_ops_text(ops) or 'an operator'}, which is not supported",
+        )
+    if "crash" in categories or any(f["outcome"] == "crashed" for f in failures):
+        return Correction("skip", f"crashes the test process on the device: {first['line'][:160]}")
+    if "timeout" in categories or any(f["outcome"] == "timed_out" for f in failures):
+        return Correction("skip", "hangs on the device (stopped by the per-test time limit)")
+    if categories == {"numerical_mismatch"}:
+        return _mismatch(edits, failures)
+    return Correction("xfail", f"fails on the device: {first['line'][:200]}")
+
+
+def _mismatch(edits: dict[str, Any], failures: list[dict[str, Any]]) -> Correction:
+    worst_abs, worst_rel = 0.0, 0.0
+    for failure in failures:
+        found_abs = re.search(
+            r"Greatest absolute difference: ([0-9.eE+\-]+|nan|inf)", failure["message"]
+        )
+        found_rel = re.search(
+            r"Greatest relative difference: ([0-9.eE+\-]+|nan|inf)", failure["message"]
+        )
+        if not found_abs:
+            worst_abs = float("inf")
+            break
+        worst_abs = max(worst_abs, float(found_abs.group(1)))
+        worst_rel = max(worst_rel, float(found_rel.group(1)) if found_rel else 0.0)
+    dtypes = sorted({f["dtype"] for f in failures if f["dtype"] and "," not in f["dtype"]})
+    if worst_abs <= TOLERABLE and dtypes:
+        precision = {"atol": _round_up(worst_abs * 2), "rtol": _round_up(max(worst_rel * 2, 1e-6))}
+        include = [{"name": d, "precision": precision} for d in dtypes]
+        merged = dict(edits)
+        merged["dtypes"] = dict(merged.get("dtypes", {})) | {"include": include}
+        return Correction(
+            "mandatory_success",
+            f"a small numerical mismatch on the device (greatest absolute difference {worst_abs:.2g}): "
+            f"tolerance raised for {', '.join(dtypes)}",
+            merged,
+        )
+    shown = "unknown" if worst_abs == float("inf") else f"{worst_abs:.3g}"
+    return Correction(
+        "xfail", f"numerical mismatch on the device (greatest absolute difference {shown})"
+    )
+
+
+def _round_up(value: float) -> float:
+    """A tolerance just above `value`, on two significant digits."""
+    if value <= 0:
+        return 1e-6
+    step = 10 ** (math.floor(math.log10(value)) - 1)
+    return float(f"{math.ceil(value / step) * step:.2g}")
+
+
+def _merge_exclude(edits: dict[str, Any], kind: str, names: list[str]) -> dict[str, Any]:
+    merged = {k: dict(v) for k, v in edits.items()}
+    current = [item["name"] for item in merged.get(kind, {}).get("exclude", [])]
+    merged.setdefault(kind, {})["exclude"] = [
+        {"name": name} for name in dict.fromkeys(current + names)
+    ]
+    return merged
+
+
+def _ops_text(ops: list[str]) -> str:
+    return ", ".join(f"aten::{op}" for op in ops[:4])
+
+
+# -- flaky history ------------------------------------------------------------------------------
+
+
+def flaky_history(
+    backend_id: int, keys: set[Key], runs: int = 10
+) -> dict[Key, list[dict[str, Any]]]:
+    """Per test, the backend's recent CI runs in which it failed and then passed on a retry."""
+    from runs.models import Run, TestResult
+
+    recent = list(
+        Run.objects.filter(backend_id=backend_id)
+        .order_by("-created_at")
+        .values_list("pk", flat=True)[:runs]
+    )
+    rows = (
+        TestResult.objects.filter(run_id__in=recent)
+        .order_by("attempt")
+        .values_list(
+            "run__uuid",
+            "run__created_at",
+            "file_path",
+            "class_name",
+            "test_name",
+            "node_id",
+            "outcome",
+        )
+    )
+    outcomes: dict[tuple[Key, Any, str], list[str]] = defaultdict(list)
+    when: dict[Any, Any] = {}
+    for run_uuid, created, path, cls, name, node_id, outcome in rows.iterator(chunk_size=5000):
+        key = (path, cls, name)
+        if key in keys:
+            outcomes[(key, run_uuid, node_id)].append(outcome)
+            when[run_uuid] = created
+    history: dict[Key, dict[Any, dict[str, Any]]] = defaultdict(dict)
+    for (key, run_uuid, node_id), sequence in outcomes.items():
+        if sequence[0] in FAILING and sequence[-1] in PASSING:
+            history[key][run_uuid] = {
+                "run": str(run_uuid),
+                "at": when[run_uuid].isoformat(),
+                "node_id": node_id,
+            }
+    return {key: list(runs_seen.values()) for key, runs_seen in history.items()}
