@@ -94,7 +94,8 @@ def token_values(overrides: Mapping[str, str] | None = None) -> dict[str, str]:
     """Token values: explicit options first, then the environment."""
     values = {name: os.environ[name] for name in TOKENS if os.environ.get(name)}
     values.update({k: v for k, v in (overrides or {}).items() if v})
-    return values
+    # A relative root means "from where I run", not from the config's folder.
+    return {name: os.path.abspath(value) for name, value in values.items()}
 
 
 class _Reader:

@@ -181,7 +181,14 @@ def _message(report: pytest.TestReport, outcome: str) -> str:
         return str(getattr(report, "wasxfail", "") or reason)[:MESSAGE_LIMIT]
     if outcome in ("passed", "xpassed"):
         return str(getattr(report, "wasxfail", ""))[:MESSAGE_LIMIT]
-    return report.longreprtext[-MESSAGE_LIMIT:]
+    text = report.longreprtext
+    crash = str(getattr(getattr(report.longrepr, "reprcrash", None), "message", ""))
+    if len(text) <= MESSAGE_LIMIT or not crash:
+        return text[-MESSAGE_LIMIT:]
+    # The exception's own first lines name the problem (e.g. "Could not run 'aten::X'"),
+    # the traceback's last lines say where: keep both.
+    head = crash[: MESSAGE_LIMIT // 4]
+    return f"{head}\n[...]\n{text[-(MESSAGE_LIMIT - len(head) - 7) :]}"
 
 
 def summary_lines(

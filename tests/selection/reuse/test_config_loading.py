@@ -1,0 +1,174 @@
+"""Loading, validating and merging configs (in process: nothing here imports torch)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from selection.reuse.loader import ConfigError, load_configs
+
+from .conftest import TREE, TREE_TESTS
+
+TOKENS = {"TORCH_ROOT": str(TREE)}
+
+BAR_ONE = """\
+test_suite_config:
+  labels: [trunk]
+  files:
+    - path: ${TORCH_ROOT}/test/test_dtypes_reuse.py
+      unlisted_test_mode: skip
+      tests:
+        # Why: basic metadata ops, fully supported.
+        - names: [TestTensorBasics::test_fill, TestTensorBasics::test_view_shares_memory]
+          mode: mandatory_success
+        - names: [TestTensorBasics::test_add_matches_cpu]
+          mode: mandatory_success
+          edits: {dtypes: {exclude: [{name: bool}, {name: int64}]}}
+  global:
+    supported_dtypes: [{name: bfloat16}, {name: half}, {name: float32, precision: {atol: 1e-3}}]
+"""
+
+
+def write(tmp_path: Path, text: str, name: str = "config.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def problems_of(paths: list[Path], tokens: dict[str, str] | None = None) -> list[str]:
+    with pytest.raises(ConfigError) as caught:
+        load_configs(paths, TOKENS if tokens is None else tokens)
+    return [f"{pos}: {message}" for pos, message in caught.value.problems]
+
+
+def test_it_loads_a_config_with_its_tokens_dtypes_and_reasons(tmp_path: Path) -> None:
+    config = load_configs([write(tmp_path, BAR_ONE)], TOKENS)
+    entry = config.files[0]
+    assert entry.files == (str((TREE_TESTS / "test_dtypes_reuse.py").resolve()),)
+    assert entry.unlisted_test_mode == "skip"
+    assert entry.tests[0].reason == "Why: basic metadata ops, fully supported."
+    assert [n.text for n in entry.tests[0].names] == [
+        "TestTensorBasics::test_fill",
+        "TestTensorBasics::test_view_shares_memory",
+    ]
+    assert [d.name for d in config.global_.supported_dtypes or ()] == [
+        "bfloat16",
+        "float16",
+        "float32",
+    ]
+    assert config.global_.supported_dtypes[2].precision.atol == pytest.approx(1e-3)  # type: ignore[index, union-attr]
+    assert config.labels == ("trunk",)
+
+
+def test_it_takes_torch_root_from_the_environment_when_no_option_is_given(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TORCH_ROOT", str(TREE))
+    config = load_configs([write(tmp_path, BAR_ONE)])
+    assert config.files[0].files[0].endswith("test_dtypes_reuse.py")
+
+
+def test_an_option_beats_the_environment_for_a_token(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TORCH_ROOT", str(tmp_path / "nowhere"))
+    config = load_configs([write(tmp_path, BAR_ONE)], TOKENS)
+    assert config.files[0].files[0].endswith("test_dtypes_reuse.py")
+
+
+def test_a_glob_path_lists_every_matching_file(tmp_path: Path) -> None:
+    text = f"test_suite_config:\n  files:\n    - path: {TREE_TESTS}/test_*_reuse.py\n"
+    config = load_configs([write(tmp_path, text)], TOKENS)
+    assert {Path(p).name for p in config.files[0].files} == {
+        "test_dtypes_reuse.py",
+        "test_modules_reuse.py",
+        "test_ops_reuse.py",
+        "test_plain_reuse.py",
+    }
+
+
+def test_a_relative_path_is_relative_to_its_config_file() -> None:
+    config = load_configs([TREE / "crcr-config.yaml"])
+    assert config.files[0].files == (str((TREE_TESTS / "test_ops_reuse.py").resolve()),)
+
+
+def test_a_torch_spyre_style_config_loads_when_it_uses_shared_fields(tmp_path: Path) -> None:
+    text = """\
+test_suite_config:
+  labels: [regression]
+  files:
+    - path: ${TORCH_ROOT}/test/test_ops_reuse.py
+      unlisted_test_mode: skip
+      tests:
+        - names:
+            - TestOpsReuse::test_matches_cpu
+          mode: mandatory_success
+          tags:
+            - model_1
+  global:
+    supported_dtypes:
+      - name: float16
+      - name: float32
+        force_xfail: true
+    supported_ops:
+      - name: add
+        dtypes:
+          - name: float16
+            precision:
+              atol: 1e-3
+              rtol: 1e-3
+      - name: mul
+"""
+    config = load_configs([write(tmp_path, text)], TOKENS)
+    add = config.global_.supported_ops[0]  # type: ignore[index]
+    assert add.dtypes[0].precision.rtol == pytest.approx(1e-3)  # type: ignore[index, union-attr]
+    assert config.global_.supported_dtypes[1].force_xfail  # type: ignore[index]
+
+
+def test_a_torch_spyre_field_crcr_lacks_is_named_in_the_error(tmp_path: Path) -> None:
+    text = """\
+test_suite_config:
+  files:
+    - path: ${TORCH_ROOT}/test/test_ops_reuse.py
+      tests:
+        - names: [TestOpsReuse::test_matches_cpu]
+          mode: mandatory_success
+          edits:
+            functions:
+              cpu_move:
+                - name: assertEqual
+"""
+    path = write(tmp_path, text)
+    assert problems_of([path]) == [
+        f"{path}:8:13: unknown key 'functions' in edits (torch-spyre's function edits "
+        "(cpu_move) are not supported by crcr); allowed: dtypes, ops, modules"
+    ]
+
+
+def test_configs_with_the_same_path_merge_their_tests_and_globals(tmp_path: Path) -> None:
+    first = write(tmp_path, BAR_ONE, "a.yaml")
+    second = write(
+        tmp_path,
+        """\
+test_suite_config:
+  labels: [smoke]
+  files:
+    - path: ${TORCH_ROOT}/test/test_dtypes_reuse.py
+      tests:
+        - names: [TestTensorBasics::test_matmul]
+          mode: xfail
+  global:
+    supported_dtypes: [{name: float64}, {name: bfloat16}]
+    supported_ops: [{name: add}]
+""",
+        "b.yaml",
+    )
+    config = load_configs([first, second], TOKENS)
+    assert len(config.files) == 1
+    assert [t.mode for t in config.files[0].tests] == ["mandatory_success"] * 2 + ["xfail"]
+    assert config.files[0].unlisted_test_mode == "skip"
+    assert config.labels == ("trunk", "smoke")
+    names = [d.name for d in config.global_.supported_dtypes or ()]
+    assert names == ["bfloat16", "float16", "float32", "float64"]
+    assert [o.name for o in config.global_.supported_ops or ()] == ["add"]

@@ -1,0 +1,129 @@
+"""Invalid configs: each is rejected with file:line:column, and a pytest run collects nothing."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from selection.reuse.loader import ConfigError, load_configs
+
+from .conftest import RUN_TIMEOUT, TREE, Run, clean_env, heavy_run
+
+FILE = "${TORCH_ROOT}/test/test_dtypes_reuse.py"
+
+
+def one_test(entry: str) -> str:
+    """A config with one tests entry (given as YAML lines under '- ')."""
+    return f"test_suite_config:\n  files:\n    - path: {FILE}\n      tests:\n        - {entry}\n"
+
+
+# (case id, {file name: text}, "file:line:column", a fragment of the message)
+CASES: list[tuple[str, dict[str, str], str, str]] = [
+    ("unknown top-level key", {"c.yaml": "test_suite_cfg:\n  files: []\n"}, "c.yaml:1:1", "unknown key 'test_suite_cfg'"),
+    ("unknown key in a files entry", {"c.yaml": f"test_suite_config:\n  files:\n    - path: {FILE}\n      unlisted_mode: skip\n"}, "c.yaml:4:7", "unknown key 'unlisted_mode'"),
+    ("unknown key in a tests entry", {"c.yaml": one_test("names: [test_fill]\n          mode: skip\n          why: no")}, "c.yaml:7:11", "unknown key 'why'"),
+    ("bad mode", {"c.yaml": one_test("names: [test_fill]\n          mode: sometimes")}, "c.yaml:6:17", "mode must be one of"),
+    ("bad unlisted_test_mode", {"c.yaml": f"test_suite_config:\n  files:\n    - path: {FILE}\n      unlisted_test_mode: ignore\n"}, "c.yaml:4:27", "unlisted_test_mode must be one of"),
+    ("unknown dtype", {"c.yaml": "test_suite_config:\n  global:\n    supported_dtypes: [{name: float33}]\n"}, "c.yaml:3:31", "unknown dtype 'float33'"),
+    ("bad op name form", {"c.yaml": "test_suite_config:\n  global:\n    supported_ops: [{name: add-sub}]\n"}, "c.yaml:3:28", "not a valid op name"),
+    ("bad regex", {"c.yaml": one_test("names: ['test_(unclosed']\n          mode: skip")}, "c.yaml:5:19", "not a valid regex"),
+    ("name with two separators", {"c.yaml": one_test("names: [A::b::c]\n          mode: skip")}, "c.yaml:5:19", "more than one '::'"),
+    ("path that matches no file", {"c.yaml": "test_suite_config:\n  files:\n    - path: ${TORCH_ROOT}/test/test_nothing_*.py\n"}, "c.yaml:3:13", "matches no file"),
+    ("unset token", {"c.yaml": "test_suite_config:\n  files:\n    - path: ${TORCH_DEVICE_ROOT}/tests/test_x.py\n"}, "c.yaml:3:13", "${TORCH_DEVICE_ROOT} is not set"),
+    ("unknown token", {"c.yaml": "test_suite_config:\n  files:\n    - path: ${TORCH_HOME}/test/test_x.py\n"}, "c.yaml:3:13", "unknown token '${TORCH_HOME}'"),
+    ("broken YAML", {"c.yaml": "test_suite_config:\n  files: [\n    - oops\n"}, "c.yaml:3:5", "invalid YAML"),
+    ("duplicate key", {"c.yaml": one_test("names: [test_fill]\n          mode: skip\n          mode: xfail")}, "c.yaml:7:11", "duplicate key 'mode'"),
+    ("precision that is not a number", {"c.yaml": "test_suite_config:\n  global:\n    supported_dtypes:\n      - {name: float32, precision: {atol: tight}}\n"}, "c.yaml:4:43", "precision.atol must be a number"),
+    ("empty names", {"c.yaml": one_test("names: []\n          mode: skip")}, "c.yaml:5:18", "names must not be empty"),
+    ("missing mode", {"c.yaml": one_test("names: [test_fill]")}, "c.yaml:5:11", "needs a 'mode'"),
+    ("unknown label", {"c.yaml": "test_suite_config:\n  labels: [nightly]\n"}, "c.yaml:2:12", "a label must be one of"),
+    ("force_xfail that is not a boolean", {"c.yaml": "test_suite_config:\n  global:\n    supported_ops: [{name: add, force_xfail: maybe}]\n"}, "c.yaml:3:46", "force_xfail must be true or false"),
+    ("conflicting unlisted_test_mode when merging", {"a.yaml": f"test_suite_config:\n  files:\n    - path: {FILE}\n      unlisted_test_mode: skip\n", "b.yaml": f"test_suite_config:\n  files:\n    - path: {FILE}\n      unlisted_test_mode: xfail\n"}, "b.yaml:4:27", "conflicting unlisted_test_mode"),
+    ("conflicting modes for one name when merging", {"a.yaml": one_test("names: [TestTensorBasics::test_fill]\n          mode: skip"), "b.yaml": one_test("names: [TestTensorBasics::test_fill]\n          mode: xfail")}, "b.yaml:5:19", "conflicting mode for 'TestTensorBasics::test_fill'"),
+    ("conflicting dtype precision when merging", {"a.yaml": "test_suite_config:\n  global:\n    supported_dtypes: [{name: float16}]\n", "b.yaml": "test_suite_config:\n  global:\n    supported_dtypes: [{name: float16, precision: {atol: 0.1}}]\n"}, "b.yaml:3:24", "conflicting settings for dtype 'float16'"),
+]  # fmt: skip
+
+
+def write_case(directory: Path, files: dict[str, str]) -> list[Path]:
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name, text in files.items():
+        (directory / name).write_text(text)
+        paths.append(directory / name)
+    return paths
+
+
+def test_the_table_holds_at_least_fifteen_invalid_configs() -> None:
+    assert len(CASES) >= 15
+
+
+@pytest.mark.parametrize(("case", "files", "where", "fragment"), CASES, ids=[c[0] for c in CASES])
+def test_it_rejects_an_invalid_config_with_its_position(
+    tmp_path: Path, case: str, files: dict[str, str], where: str, fragment: str
+) -> None:
+    paths = write_case(tmp_path, files)
+    with pytest.raises(ConfigError) as caught:
+        load_configs(paths, {"TORCH_ROOT": str(TREE)})
+    shown = str(caught.value)
+    assert f"{tmp_path}/{where}: " in shown
+    assert fragment in shown
+
+
+# One interpreter runs pytest.main once per case (each a full pytest run with the
+# plugin): the same checks as separate processes, without paying startup 22 times.
+DRIVER = """
+import contextlib, io, json, sys
+import pytest
+results = {}
+for case, options in json.loads(sys.argv[1]).items():
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = pytest.main(["-p", "no:django", "-p", "no:cacheprovider", *options])
+    results[case] = [int(code), out.getvalue(), err.getvalue(), "torch" in sys.modules]
+print(json.dumps(results))
+"""
+
+
+@heavy_run("invalid_configs")
+def _invalid_config_runs(workdir: Path) -> Any:
+    cases = {}
+    for index, (case, files, _, _) in enumerate(CASES):
+        paths = write_case(workdir / f"case{index}", files)
+        report = workdir / f"case{index}" / "report.json"
+        cases[case] = [f"--rootdir={TREE}", f"--reuse-json={report}"] + [
+            f"--reuse-config={path}" for path in paths
+        ]
+    done = subprocess.run(
+        [sys.executable, "-c", DRIVER, json.dumps(cases)],
+        cwd=TREE,
+        env=clean_env(TORCH_ROOT=str(TREE)),
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT,
+        check=True,
+    )
+    results = json.loads(done.stdout.splitlines()[-1])
+    return {
+        case: (Run(code, out, err, report={"torch_imported": torch}), cases[case])
+        for case, (code, out, err, torch) in results.items()
+    }
+
+
+@pytest.mark.heavy_runs("invalid_configs")
+@pytest.mark.parametrize(("case", "files", "where", "fragment"), CASES, ids=[c[0] for c in CASES])
+def test_a_pytest_run_with_an_invalid_config_collects_nothing(
+    background: Any, case: str, files: dict[str, str], where: str, fragment: str
+) -> None:
+    run, options = background.result("invalid_configs")[case]
+    assert run.returncode == 4  # pytest's usage error: the run never started
+    assert "crcr reuse: invalid config, nothing collected" in run.output
+    assert f"/{where}: " in run.output
+    assert fragment in run.output
+    assert "test session starts" not in run.output  # the session never began
+    assert not Path(options[1].removeprefix("--reuse-json=")).exists()  # no report: no test ran
+    assert not run.report["torch_imported"]  # rejected before torch was even imported

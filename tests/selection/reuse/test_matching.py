@@ -1,0 +1,145 @@
+"""Which entry and mode a test gets, and which variants survive (in process, no torch)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from selection.reuse.loader import load_configs
+from selection.reuse.matching import FileRules, Rules
+
+from .conftest import TREE, TREE_TESTS
+
+CONFIG = """\
+test_suite_config:
+  files:
+    - path: ${TORCH_ROOT}/test/test_*_reuse.py
+      unlisted_test_mode: xfail
+      tests:
+        - names: ['TestPlainMath::test_.*']
+          mode: skip
+    - path: ${TORCH_ROOT}/test/test_plain_reuse.py
+      tests:
+        - names: ['TestParametrizedPlain::test_(arange|range)']
+          mode: skip
+        - names: ['test_.*']
+          mode: xfail_strict
+        - names: [TestPlainMath::test_sum]
+          mode: xfail
+        - names: [test_sum]
+          mode: mandatory_success
+        - names: ['TestFlaky::test_flaky']
+          mode: mandatory_success
+          edits:
+            dtypes: {exclude: [{name: float16}], include: [{name: float64, precision: {atol: 0.5}}]}
+            ops: {include: [{name: lgamma}], exclude: [{name: add}]}
+            modules: {exclude: [{name: torch.nn.ReLU}]}
+  global:
+    supported_dtypes: [{name: float16}, {name: float32, precision: {atol: 0.01}}, {name: int8, force_xfail: true}]
+    supported_ops: [{name: add}, {name: mul, dtypes: [{name: float32}]}, {name: div, force_xfail: true}]
+    supported_modules: [torch.nn.Linear, torch.nn.ReLU]
+"""
+
+
+@pytest.fixture
+def rules(tmp_path: Path) -> Rules:
+    path = tmp_path / "config.yaml"
+    path.write_text(CONFIG)
+    return Rules(load_configs([path], {"TORCH_ROOT": str(TREE)}))
+
+
+def plain(rules: Rules) -> FileRules:
+    found = rules.for_file(TREE_TESTS / "test_plain_reuse.py")
+    assert found is not None
+    return found
+
+
+def test_an_exact_path_entry_comes_before_a_glob_entry(rules: Rules) -> None:
+    assert [entry.path for entry in plain(rules).entries] == [
+        "${TORCH_ROOT}/test/test_plain_reuse.py",
+        "${TORCH_ROOT}/test/test_*_reuse.py",
+    ]
+
+
+def test_a_literal_name_beats_a_regex_that_comes_first(rules: Rules) -> None:
+    decision = plain(rules).decide("TestPlainMath", "test_sum")
+    assert decision.mode == "xfail"
+    assert decision.pattern is not None and decision.pattern.text == "TestPlainMath::test_sum"
+
+
+def test_the_class_part_of_a_name_counts(rules: Rules) -> None:
+    assert plain(rules).decide("TestPlainStrings", "test_sum").mode == "mandatory_success"
+
+
+def test_a_regex_name_must_match_the_whole_name(rules: Rules) -> None:
+    # 'test_(arange|range)' is found inside 'test_arange_length' but does not match all of it.
+    decision = plain(rules).decide("TestParametrizedPlain", "test_arange_length")
+    assert decision.mode == "xfail_strict"
+    assert decision.pattern is not None and decision.pattern.text == "test_.*"
+
+
+def test_a_literal_name_must_match_exactly(rules: Rules) -> None:
+    # 'TestFlaky::test_flaky' is a prefix of the real name, which is not enough.
+    assert plain(rules).decide("TestFlaky", "test_flaky_counter").mode == "xfail_strict"
+
+
+def test_a_test_no_entry_names_gets_the_unlisted_mode(rules: Rules) -> None:
+    ops = rules.for_file(TREE_TESTS / "test_ops_reuse.py")
+    assert ops is not None
+    decision = ops.decide("TestOpsReuse", "test_matches_cpu")
+    assert decision.mode == "xfail" and decision.entry is None
+    assert decision.reason.startswith("unlisted (unlisted_test_mode: xfail")
+
+
+def test_a_regex_in_a_glob_entry_still_applies_to_other_files(rules: Rules) -> None:
+    dtypes = rules.for_file(TREE_TESTS / "test_dtypes_reuse.py")
+    assert dtypes is not None
+    assert dtypes.decide("TestPlainMath", "test_anything").mode == "skip"
+    assert dtypes.decide("TestTensorBasics", "test_fill").mode == "xfail"
+
+
+def test_an_unlisted_file_is_not_in_the_rules(rules: Rules) -> None:
+    assert rules.for_file(TREE / "test" / "conftest.py") is None
+    assert not rules.lists_file(TREE / "crcr-config.yaml")
+
+
+def test_global_lists_filter_and_edits_override_them(rules: Rules) -> None:
+    unlisted = plain(rules).decide("TestPlainMath", "test_passes_today").filters
+    assert unlisted.dtype_allowed("float16") and not unlisted.dtype_allowed("float64")
+    assert unlisted.op_allowed(("add", "add")) and not unlisted.op_allowed(("lgamma", "lgamma"))
+    edited = plain(rules).decide("TestFlaky", "test_flaky").filters
+    assert not edited.dtype_allowed("float16")  # excluded by the entry
+    assert edited.dtype_allowed("float64")  # included although global lacks it
+    assert edited.op_allowed(("lgamma", "lgamma"))  # included although global lacks it
+    assert not edited.op_allowed(("add", "add"))  # excluded although global has it
+    assert not edited.module_allowed("nn.ReLU") and edited.module_allowed("nn.Linear")
+    assert not edited.module_allowed("nn.Tanh")
+
+
+def test_an_ops_own_dtypes_narrow_its_variants(rules: Rules) -> None:
+    filters = plain(rules).decide("TestPlainMath", "test_passes_today").filters
+    assert filters.dtype_allowed("float32", ("mul", "mul"))
+    assert not filters.dtype_allowed("float16", ("mul", "mul"))
+    assert filters.dtype_allowed("float16", ("add", "add"))
+
+
+def test_the_most_specific_precision_wins(rules: Rules) -> None:
+    edited = plain(rules).decide("TestFlaky", "test_flaky").filters
+    assert edited.tolerance("float64").atol == 0.5  # type: ignore[union-attr]
+    assert edited.tolerance("float32").atol == 0.01  # type: ignore[union-attr]
+    assert edited.tolerance("float16") is None
+
+
+def test_force_xfail_names_its_place_in_the_config(rules: Rules) -> None:
+    filters = plain(rules).decide("TestPlainMath", "test_passes_today").filters
+    assert "dtype int8 has force_xfail" in (filters.forced_xfail(["int8"]) or "")
+    assert "op div has force_xfail" in (filters.forced_xfail([], ("div", "div")) or "")
+    assert filters.forced_xfail(["float32"], ("add", "add")) is None
+
+
+def test_names_that_matched_nothing_are_reported(rules: Rules) -> None:
+    plain(rules).decide("TestPlainMath", "test_sum")
+    unmatched = {pattern.text for pattern in rules.unmatched_patterns()}
+    assert "TestFlaky::test_flaky" in unmatched
+    assert "TestPlainMath::test_sum" not in unmatched

@@ -1,0 +1,138 @@
+"""The reference device: real PrivateUse1 tensors, CPU kernels, NotImplementedError, faults."""
+
+from __future__ import annotations
+
+import json
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .conftest import Run, clean_env, heavy_run, run_python
+
+pytestmark = pytest.mark.heavy_runs("device")
+
+BASICS = """
+import json, torch
+import selection.reuse.reference_device as device
+t = torch.arange(6.0, device="privateuseone").view(2, 3)
+row = t[1]
+row[0] = 42.0
+facts = {
+    "device": str(t.device),
+    "keys": str(torch._C._dispatch_keys(t)),
+    "storage": str(t.untyped_storage().device),
+    "shared": t.cpu()[1, 0].item(),
+    "is_view": row._is_view() and row._base is t._base,
+    "doubled_sum": (t * 2).sum().item(),
+    "listed": len(device.operator_names()),
+    "available": torch.privateuseone.is_available(),
+}
+try:
+    torch.lgamma(t)
+except NotImplementedError as error:
+    facts["unsupported"] = str(error).splitlines()[0]
+print(json.dumps(facts))
+"""
+
+FAULTS = """
+import json, torch
+import selection.reuse.reference_device
+ones = torch.ones(3, device="privateuseone")
+facts = {"neg32": torch.neg(ones).cpu().tolist(), "neg64": torch.neg(ones.double()).cpu().tolist()}
+try:
+    ones * ones
+except NotImplementedError as error:
+    facts["disabled"] = str(error).splitlines()[0]
+print(json.dumps(facts))
+"""
+
+CALL_NEG = """
+import signal, time, torch
+import selection.reuse.reference_device
+def interrupt(signum, frame):
+    raise TimeoutError
+signal.signal(signal.SIGALRM, interrupt)
+signal.alarm(2)
+start = time.monotonic()
+try:
+    torch.neg(torch.ones(2, device="privateuseone"))
+except TimeoutError:
+    print(f"interrupted after {time.monotonic() - start:.1f} s")
+"""
+
+
+def fault(kind: str, **extra: Any) -> str:
+    return json.dumps({"faults": [{"op": "neg", "kind": kind, **extra}]})
+
+
+@heavy_run("device")
+def _device_runs(workdir: Path) -> dict[str, Run]:
+    deviation = fault("deviation", amount=0.5, dtypes=["float32"])
+    return {
+        "basics": run_python(BASICS),
+        "faults": run_python(
+            FAULTS, clean_env(CRCR_REFDEV_FAULTS=deviation, CRCR_REFDEV_DISABLE="mul")
+        ),
+        "crash": run_python(CALL_NEG, clean_env(CRCR_REFDEV_FAULTS=fault("crash"))),
+        "hang": run_python(CALL_NEG, clean_env(CRCR_REFDEV_FAULTS=fault("hang"))),
+    }
+
+
+def facts(background: Any, name: str) -> dict[str, Any]:
+    run = background.result("device")[name]
+    assert run.returncode == 0, run.stderr[-2000:]
+    return dict(json.loads(run.stdout.splitlines()[-1]))
+
+
+def test_device_tensors_are_real_privateuse1_tensors_backed_by_device_storage(
+    background: Any,
+) -> None:
+    found = facts(background, "basics")
+    assert found["device"] == "privateuseone:0" and found["available"]
+    assert "PrivateUse1" in found["keys"] and found["storage"] == "privateuseone:0"
+
+
+def test_kernels_compute_on_the_cpu_and_views_share_device_memory(background: Any) -> None:
+    found = facts(background, "basics")
+    assert found["shared"] == 42.0 and found["is_view"]
+    assert found["doubled_sum"] == 2 * (0 + 1 + 2 + 42 + 4 + 5)
+
+
+def test_the_default_operator_set_has_a_few_hundred_operators(background: Any) -> None:
+    assert 300 <= facts(background, "basics")["listed"] <= 500
+
+
+def test_an_operator_outside_the_set_raises_pytorchs_not_implemented_error(background: Any) -> None:
+    message = facts(background, "basics")["unsupported"]
+    assert message.startswith(
+        "Could not run 'aten::lgamma.out' with arguments from the 'PrivateUse1' backend. "
+        "This could be because the operator doesn't exist for this backend"
+    )
+    assert "is only available for these backends: [CPU, Meta," in message
+
+
+def test_a_deviation_fault_shifts_only_the_named_op_and_dtype(background: Any) -> None:
+    found = facts(background, "faults")
+    assert found["neg32"] == [-0.5, -0.5, -0.5]
+    assert found["neg64"] == [-1.0, -1.0, -1.0]
+
+
+def test_a_disabled_operator_becomes_unsupported(background: Any) -> None:
+    assert (
+        "Could not run 'aten::mul.out' with arguments from the 'PrivateUse1' backend"
+        in (facts(background, "faults")["disabled"])
+    )
+
+
+def test_a_crash_fault_kills_the_process_with_a_signal(background: Any) -> None:
+    run = background.result("device")["crash"]
+    assert run.returncode == -signal.SIGSEGV
+    assert "crcr reference device: injected crash in aten::neg" in run.stderr
+
+
+def test_a_hang_fault_hangs_until_something_interrupts_it(background: Any) -> None:
+    run = background.result("device")["hang"]
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.startswith("interrupted after 2.")
