@@ -130,7 +130,7 @@ def store(shard: Shard, records: list[TestRecord]) -> None:
         ).update(status=Shard.Status.DONE, finished_at=timezone.now())
         if not done:
             return  # another worker took the shard over: its results count, not ours
-        ingest.save(ingest.to_row(shard, record) for record in records)
+        ingest.save(shard, records)
 
 
 def fail(shard: Shard, reason: str) -> None:
