@@ -107,6 +107,8 @@ class _Edit:
     start: int  # first line replaced (0-based)
     end: int  # one past the last line replaced
     lines: list[str]
+    # Among insertions at one line, a higher rank is applied first and so lands last.
+    rank: int = 0
 
 
 def apply(parent: str, decisions: Iterable[Decision]) -> str:
@@ -135,8 +137,10 @@ def apply(parent: str, decisions: Iterable[Decision]) -> str:
         else:
             edits += _edit_file(files, index, group, lines)
     if new_files:
-        edits.append(_append_files(suite, files, lines, new_files))
-    for edit in sorted(edits, key=lambda e: (e.start, e.end), reverse=True):
+        appended = _append_files(suite, files, lines, new_files)
+        appended.rank = 1  # after the last listed file's own new tests
+        edits.append(appended)
+    for edit in sorted(edits, key=lambda e: (e.start, e.end, e.rank), reverse=True):
         lines[edit.start : edit.end] = edit.lines
     return "\n".join(lines) + "\n"
 

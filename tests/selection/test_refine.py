@@ -1,0 +1,92 @@
+"""Stage 4: correcting proposals from device results, and flaky history from CI runs."""
+
+from pathlib import Path
+
+import pytest
+
+from runs.executor import TestRecord as Attempt
+from runs.models import Run, Shard, TestResult, Trigger
+from selection.refine import correct, flaky_history, observe
+from tests.factories import make_backend, make_config
+
+TREE = Path("/tree")
+FILE = "test/test_x.py"
+
+
+def record(name: str, outcome: str, message: str = "", op: str = "", dtype: str = "float32", attempt: int = 1, test: str = "test_a") -> Attempt:
+    props = [["crcr_test", f"{TREE}/{FILE}::TestX::{test}"], ["dtype", dtype]] + ([["op", op]] if op else [])
+    return Attempt(f"{FILE}::TestXPRIVATEUSE1::{name}", outcome, message=message, properties=props, attempt=attempt)
+
+
+UNSUPPORTED = "NotImplementedError: Could not run 'aten::lgamma.out' with arguments from the 'PrivateUse1' backend."
+MISMATCH = "AssertionError: Tensor-likes are not close!\nGreatest absolute difference: {abs} at index (0,)\nGreatest relative difference: {rel} at index (0,)"
+
+
+def seen(*records: Attempt):
+    return observe(list(records), TREE)[(FILE, "TestX", "test_a")]
+
+
+def test_a_pass_confirms_and_an_unexpected_pass_promotes():
+    assert correct("mandatory_success", {}, seen(record("test_a_float32", "passed"))) is None
+    promoted = correct("xfail", {}, seen(record("test_a_float32", "xpassed")))
+    assert promoted.mode == "mandatory_success"
+    strict = correct("xfail_strict", {}, seen(record("test_a_float32", "xpassed_strict")))
+    assert strict.mode == "mandatory_success" and "XPASS" in strict.reason
+
+
+def test_an_unsupported_op_means_skip_naming_it_or_dropping_only_its_opinfo():
+    whole = correct("mandatory_success", {}, seen(record("test_a_float32", "failed", UNSUPPORTED)))
+    assert whole.mode == "skip" and "aten::lgamma.out" in whole.reason
+    partial = correct("mandatory_success", {}, seen(
+        record("test_a_lgamma_float32", "failed", UNSUPPORTED, op="lgamma"),
+        record("test_a_abs_float32", "passed", op="abs"),
+    ))  # fmt: skip
+    assert partial.mode == "mandatory_success"
+    assert partial.edits == {"ops": {"exclude": [{"name": "lgamma"}]}}
+
+
+def test_a_numerical_mismatch_becomes_a_tolerance_edit_when_small_and_xfail_when_not():
+    small = correct("mandatory_success", {}, seen(record("test_a_float32", "failed", MISMATCH.format(abs="0.00021", rel="0.0003"))))
+    assert small.mode == "mandatory_success"
+    assert small.edits == {"dtypes": {"include": [{"name": "float32", "precision": {"atol": 0.00042, "rtol": 0.0006}}]}}
+    large = correct("mandatory_success", {}, seen(record("test_a_float32", "failed", MISMATCH.format(abs="0.25", rel="0.5"))))
+    assert large.mode == "xfail" and "0.25" in large.reason
+
+
+def test_crashes_and_hangs_are_skipped_and_other_failures_xfailed():
+    crashed = Attempt(f"{FILE}::TestXPRIVATEUSE1::test_a_privateuseone_float32", "crashed", message="the test process was killed by signal SIGSEGV (11)")
+    found = observe([crashed], TREE, known=[(FILE, "TestX", "test_a")])
+    assert correct("mandatory_success", {}, found[(FILE, "TestX", "test_a")]).mode == "skip"
+    hang = correct("mandatory_success", {}, seen(record("test_a_float32", "failed", "crcr: test timed out after 30 s: x")))
+    assert hang.mode == "skip" and "hangs" in hang.reason
+    other = correct("mandatory_success", {}, seen(record("test_a_float32", "failed", "ValueError: bad shape")))
+    assert other.mode == "xfail" and other.reason.endswith("ValueError: bad shape")
+
+
+def test_a_pass_on_retry_is_flaky():
+    flaky = correct("mandatory_success", {}, seen(
+        record("test_a_float32", "failed", "AssertionError: 1 != 2"),
+        record("test_a_float32", "passed", attempt=2),
+    ))  # fmt: skip
+    assert flaky.mode == "xfail" and flaky.flaky
+
+
+@pytest.mark.django_db
+def test_flaky_history_lists_the_recent_runs_where_a_test_passed_only_on_retry():
+    backend = make_backend()
+    config = make_config(backend)
+    key = (FILE, "TestX", "test_a")
+    for n, outcomes in enumerate([("failed", "passed"), ("passed",), ("failed", "passed")]):
+        trigger = Trigger.objects.create(backend=backend, kind=Trigger.Kind.MANUAL, pytorch_sha="a" * 40)
+        run = Run.objects.create(
+            trigger=trigger, backend=backend, job_name="job", backend_version="1", pytorch_sha="a" * 40,
+            test_suite_sha="a" * 40, config_version=config,
+        )  # fmt: skip
+        shard = Shard.objects.create(run=run, index=0)
+        for attempt, outcome in enumerate(outcomes, start=1):
+            TestResult.objects.create(
+                shard=shard, run=run, attempt=attempt, node_id=f"{FILE}::TestXPRIVATEUSE1::test_a_float32",
+                file_path=FILE, class_name="TestX", test_name="test_a", outcome=outcome,
+            )  # fmt: skip
+    history = flaky_history(backend.pk, {key})
+    assert len(history[key]) == 2
