@@ -14,6 +14,7 @@ pipeline runs tests it hands the device exactly these capabilities (`device_env`
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -94,7 +95,14 @@ def for_backend(config_text: str, device_module: str) -> Capabilities:
 
 
 def probe_device(device_module: str) -> dict[str, list[str]]:
-    """Ask the device (in a subprocess: torch is imported there) which operators it runs."""
+    """Ask the device (in a subprocess: torch is imported there) which operators it runs.
+    Remembered per process for the module and the environment that shapes the device."""
+    shaping = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("CRCR_REFDEV")))
+    return _probe_cached(device_module, shaping)
+
+
+@functools.lru_cache(maxsize=16)
+def _probe_cached(device_module: str, shaping: tuple[tuple[str, str], ...]) -> dict[str, list[str]]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(settings.BASE_DIR), env.get("PYTHONPATH", "")])
     completed = subprocess.run(

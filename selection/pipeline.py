@@ -264,6 +264,9 @@ def save_proposals(
             counts["unchanged"] += 1
             continue
         held = existing.get(decision.key, [])
+        if _outranked(decision, held):
+            counts["unchanged"] += 1
+            continue
         if any(
             p.status != Proposal.Status.PENDING
             and p.mode == decision.mode
@@ -293,6 +296,16 @@ def save_proposals(
         )
         counts["created"] += 1
     return counts
+
+
+EXECUTION_STAGES = (Proposal.Stage.REFINE, Proposal.Stage.QUARANTINE, Proposal.Stage.ENABLE_OP)
+
+
+def _outranked(decision: Decision, held: list[Proposal]) -> bool:
+    """A decision without device evidence does not reopen one a reviewer took on device evidence."""
+    if "device" in decision.evidence:
+        return False
+    return any(p.status != Proposal.Status.PENDING and p.stage in EXECUTION_STAGES for p in held)
 
 
 def _same_edits(a: Any, b: Any) -> bool:

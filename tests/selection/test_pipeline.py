@@ -1,0 +1,155 @@
+"""The main job end to end on a small tree: stages 1-4 on the reference device, then the
+config written from the approved proposals; and an upgrade that classifies only the diff."""
+
+import difflib
+from pathlib import Path
+
+import pytest
+
+from selection import configwriter, inventory, pipeline, upgrade
+from selection.models import CapturedTest, Proposal, SelectionRun
+from tests.factories import make_backend, make_config, make_user
+
+TINY = '''"""Tensor arithmetic on the device."""
+import torch
+from torch.testing._internal.common_device_type import dtypes, instantiate_device_type_tests, onlyCUDA
+from torch.testing._internal.common_utils import TestCase
+
+
+class TestTiny(TestCase):
+    @dtypes(torch.float32)
+    def test_add(self, device, dtype):
+        a = torch.ones(4, device=device, dtype=dtype)
+        self.assertEqual((a + a).cpu(), torch.full((4,), 2.0))
+
+    @dtypes(torch.float32)
+    def test_lgamma(self, device, dtype):
+        x = torch.linspace(0.5, 3.0, 6, device=device, dtype=dtype)
+        self.assertEqual(torch.lgamma(x).cpu(), torch.lgamma(x.cpu()))
+
+    @dtypes(torch.float64)
+    def test_addcmul(self, device, dtype):
+        a = torch.ones(4, device=device, dtype=dtype)
+        self.assertEqual(torch.addcmul(a, a, a).cpu(), torch.full((4,), 2.0, dtype=dtype))
+
+    @onlyCUDA
+    def test_streams(self, device):
+        torch.cuda.synchronize(device)
+
+    def test_wrong(self, device):
+        self.assertEqual(torch.ones(2, device=device).sum().item(), 3.0)
+
+    def test_add_backward(self, device):
+        torch.ones(2, device=device, requires_grad=True).sum().backward()
+
+
+instantiate_device_type_tests(TestTiny, globals())
+'''
+DIST = '''from torch.testing._internal.common_utils import TestCase
+
+
+class TestC10d(TestCase):
+    def test_all_reduce(self):
+        pass
+'''
+PARENT = """test_suite_config:
+  labels: [trunk]
+  files:
+    - path: ${TORCH_ROOT}/test/test_tiny.py
+      unlisted_test_mode: skip
+      tests:
+        # Why: written by hand before the pipeline ran.
+        - names: [TestTiny::test_wrong]
+          mode: xfail
+  global:
+    supported_dtypes: [{name: float32}, {name: float64}]
+"""
+FAULTS = '{"faults": [{"op": "addcmul", "dtypes": ["float64"], "kind": "deviation", "amount": 0.25}]}'
+
+
+def write_tree(root: Path, files: dict[str, str]) -> Path:
+    for relative, text in files.items():
+        path = root / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return root
+
+
+@pytest.mark.django_db
+def test_the_pipeline_leaves_device_checked_proposals_in_the_review_queue(tmp_path, monkeypatch):
+    monkeypatch.setenv("CRCR_REFDEV_FAULTS", FAULTS)
+    tree = write_tree(tmp_path, {"test/test_tiny.py": TINY, "test/distributed/test_c10d.py": DIST})
+    backend = make_backend(
+        "reference", extension_points=["eager"], scope_preference="no autograd yet"
+    )
+    make_config(backend, PARENT)
+    stages = []
+    run = pipeline.run_for_backend(backend, tree, "1" * 40, progress=lambda s, d, t: stages.append(s))
+    assert run.status == SelectionRun.Status.DONE, run.error
+    summary = run.summary
+    assert "does not hook distributed" in summary["stage1"]["excluded"]["test/distributed/test_c10d.py"]
+    assert any(s.startswith("stage 4") for s in stages)
+
+    proposals = {p.test_name: p for p in Proposal.objects.filter(backend=backend)}
+    assert proposals["test_add"].mode == "mandatory_success"
+    assert proposals["test_add"].evidence["device"]["passed"] == 1
+    assert (proposals["test_lgamma"].mode, proposals["test_lgamma"].stage) == ("skip", "classify")
+    assert "aten::lgamma" in proposals["test_lgamma"].reason
+    assert proposals["test_lgamma"].evidence["unsupported_ops"] == ["lgamma.default"]
+    assert (proposals["test_addcmul"].mode, proposals["test_addcmul"].stage) == ("xfail", "refine")
+    assert "0.25" in proposals["test_addcmul"].reason
+    assert proposals["test_streams"].mode == "skip" and "@onlyCUDA" in proposals["test_streams"].reason
+    assert (proposals["test_add_backward"].mode, proposals["test_add_backward"].stage) == ("skip", "coarse")
+    # The config already says xfail for test_wrong, and the device agrees: nothing to review.
+    assert "test_wrong" not in proposals
+    assert CapturedTest.objects.get(test_name="test_add").variants == 1
+
+    # Approved proposals make a config that loads, and changes only their entries.
+    reviewer = make_user("rita", "reviewer")
+    for proposal in proposals.values():
+        proposal.review(reviewer, approve=True)
+    approved = Proposal.objects.filter(backend=backend, status=Proposal.Status.APPROVED)
+    text = configwriter.apply(PARENT, [
+        configwriter.Decision(p.file_path, p.class_name, p.test_name, p.mode, p.reason, p.edits)
+        for p in approved
+    ])  # fmt: skip
+    configwriter.validate(text, tree)
+    removed = [line for line in difflib.ndiff(PARENT.splitlines(), text.splitlines()) if line.startswith("- ")]
+    assert removed == []
+    assert "        # Why: " + proposals["test_addcmul"].reason in text
+
+
+@pytest.mark.django_db
+def test_a_decision_without_device_evidence_does_not_reopen_one_approved_on_device_evidence():
+    backend = make_backend("reference")
+    key = ("test/test_tiny.py", "TestTiny", "test_addcmul")
+    refined = pipeline.Decision(key, "xfail", "numerical mismatch", Proposal.Stage.REFINE, evidence={"device": {}})
+    pipeline.save_proposals(backend, None, [refined], PARENT)
+    Proposal.objects.get().review(make_user("rita", "reviewer"), approve=True)
+    static = pipeline.Decision(key, "mandatory_success", "all ops supported", Proposal.Stage.CLASSIFY)
+    assert pipeline.save_proposals(backend, None, [static], PARENT)["unchanged"] == 1
+    fresh = pipeline.Decision(key, "mandatory_success", "passes now", Proposal.Stage.REFINE, evidence={"device": {}})
+    assert pipeline.save_proposals(backend, None, [fresh], PARENT)["created"] == 1
+
+
+@pytest.mark.django_db
+def test_an_upgrade_classifies_only_what_changed(tmp_path):
+    tree = write_tree(tmp_path / "old", {"test/test_tiny.py": TINY})
+    backend = make_backend("reference", extension_points=["eager"])
+    make_config(backend, PARENT.replace("test_wrong]", "test_wrong, TestTiny::test_streams]"))
+    inventory.scan(tree, "1" * 40, embed=False)
+    changed = TINY.replace("torch.full((4,), 2.0))\n", "torch.full((4,), 2.0), atol=0, rtol=0)\n", 1)
+    changed = changed.replace("    @onlyCUDA\n    def test_streams(self, device):\n        torch.cuda.synchronize(device)\n\n", "")
+    changed = changed.replace("    def test_wrong(", "    def test_new(self, device):\n        self.assertTrue(True)\n\n    def test_wrong(")
+    new_tree = write_tree(tmp_path / "new", {"test/test_tiny.py": changed})
+    run = upgrade.upgrade(backend, "2" * 40, new_tree, "1" * 40, device=False)
+    summary = run.summary
+    assert summary["diff"]["added"] == [["test/test_tiny.py", "TestTiny", "test_new"]]
+    assert summary["diff"]["changed"] == [["test/test_tiny.py", "TestTiny", "test_add"]]
+    assert summary["diff"]["removed"] == [["test/test_tiny.py", "TestTiny", "test_streams"]]
+    assert summary["classified"] == 2
+    assert summary["removed_entries"] == [
+        {"file": "test/test_tiny.py", "name": "TestTiny::test_streams", "mode": "xfail"}
+    ]
+    new = Proposal.objects.get(backend=backend, test_name="test_new")
+    assert (new.mode, new.stage, new.evidence["upgrade"]["change"]) == ("mandatory_success", "upgrade", "added")
