@@ -20,6 +20,7 @@ app.conf.task_routes = {
     "runs.tasks.plan_run": {"queue": "device"},
     "reproducibility.tasks.capture_environment": {"queue": "device"},
     "runs.tasks.deliver_callback": {"queue": "relay"},
+    "runs.tasks.deliver_due_callbacks": {"queue": "relay"},
 }
 # A task is acknowledged only after it finished, so a worker killed mid-task
 # leaves the message on the broker for another worker (no lost shard).

@@ -164,6 +164,7 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": crontab(hour=CRCR_NIGHTLY_HOUR, minute=0),
     },
     "requeue-orphaned-shards": {"task": "runs.tasks.requeue_orphaned_shards", "schedule": 60.0},
+    "deliver-due-callbacks": {"task": "runs.tasks.deliver_due_callbacks", "schedule": 30.0},
 }
 
 # The device: the Python module that registers the privateuse1 backend.

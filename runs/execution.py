@@ -20,7 +20,7 @@ from django.db import close_old_connections, connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from runs import artifacts, ingest, planning, results, sharding, testtree
+from runs import artifacts, ingest, planning, relay, results, sharding, testtree
 from runs.classify import classify
 from runs.executor import Executor, ShardSpec, TestRecord
 from runs.models import Shard, TestDuration
@@ -95,6 +95,7 @@ def execute(shard_id: int, worker: str | None = None) -> Shard | None:
     if shard is None:
         return None
     run = shard.run
+    relay.job_started(run, shard)
     try:
         for artifact in run.artifacts.all():
             artifacts.verify(artifact)

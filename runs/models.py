@@ -38,7 +38,10 @@ class Backend(models.Model):
     relay_mode = models.CharField(
         max_length=20, choices=RelayMode.choices, default=RelayMode.AGGREGATE
     )
-    relay_url = models.URLField(blank=True)
+    relay_url = models.URLField(blank=True, help_text="CRCR callback endpoint; empty: none")
+    relay_token = models.CharField(
+        max_length=300, default="none", help_text="oidc, file:/path/to/token or none"
+    )
     webhook_secret = models.CharField(max_length=200, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
 
@@ -279,10 +282,24 @@ class Shard(models.Model):
             return None
         return (self.finished_at - self.started_at).total_seconds()
 
+    def test_counts(self) -> dict[str, int]:
+        return self.results.all().counts()
+
     def chart_bar(self) -> "Bar":
         from runs.charts import Bar
 
         return Bar(f"shard {self.index}", self.estimated_seconds, self.actual_seconds)
+
+
+class TestResultQuerySet(models.QuerySet):
+    def counts(self) -> dict[str, int]:
+        """passed/failed/skipped/total over each test's final attempt."""
+        final = dict(self.order_by("attempt").values_list("node_id", "outcome"))
+        outcomes = list(final.values())
+        passed = sum(o in TestResult.PASSING for o in outcomes)
+        skipped = sum(o == TestResult.Outcome.SKIPPED for o in outcomes)
+        failed = len(outcomes) - passed - skipped
+        return {"passed": passed, "failed": failed, "skipped": skipped, "total": len(outcomes)}
 
 
 class TestResult(models.Model):
@@ -326,6 +343,8 @@ class TestResult(models.Model):
     message = models.TextField(blank=True)
     markers = models.JSONField(default=list, blank=True)
     recorded_at = models.DateTimeField(default=timezone.now)
+
+    objects = TestResultQuerySet.as_manager()
 
     class Meta:
         constraints = [

@@ -19,7 +19,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from runs import sharding, testtree
+from runs import relay, sharding, testtree
 from runs.executor import canonical
 from runs.models import Run, Shard, TestDuration
 
@@ -113,6 +113,14 @@ def start(run_id: int) -> list[Shard]:
     for shard in shards:
         transaction.on_commit(partial(execute_shard.delay, shard.pk))
     return shards
+
+
+@transaction.atomic
+def end(run: Run, status: str, error: str) -> None:
+    """A run that ends before any shard ran: its status, reason and callbacks together."""
+    run.status, run.error, run.finished_at = status, error, timezone.now()
+    run.save(update_fields=["status", "error", "finished_at"])
+    relay.run_finished(run)
 
 
 def plan(run: Run, ids: list[str]) -> list[Shard]:

@@ -17,6 +17,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from runs import relay
 from runs.classify import DisabledTests, LastGreen, classify, decide_verdict, load_disabled_tests
 from runs.models import Failure, Run, Shard, TestResult
 
@@ -42,6 +43,8 @@ def finish_if_done(run_id: int) -> Run | None:
         run.status = status_of(run, failures)
         run.finished_at = timezone.now()
         run.save(update_fields=["status", "finished_at"])
+        # The callbacks commit with the status they report: none is ever lost.
+        relay.run_finished(run)
     return run
 
 

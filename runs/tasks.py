@@ -5,7 +5,7 @@ from celery.signals import worker_ready
 from django.conf import settings
 from django.db import OperationalError
 
-from runs import execution, gate, planning, triggers
+from runs import execution, gate, planning, relay, triggers
 from runs.models import Backend
 from runs.upstream import RateLimitedError, UpstreamError
 
@@ -74,3 +74,18 @@ def requeue_orphaned_shards() -> list[int]:
 def _requeue_on_start(sender: object = None, **kwargs: object) -> None:
     # A worker that starts after another died picks up its orphaned shards.
     requeue_orphaned_shards.delay()
+
+
+@shared_task(time_limit=120)
+def deliver_callback(callback_id: int) -> None:
+    """Send one outbox row to the relay (retries reschedule this task)."""
+    relay.deliver(callback_id)
+
+
+@shared_task(time_limit=60)
+def deliver_due_callbacks() -> list[int]:
+    """Beat: resend what is due, so a relay down for hours only delays callbacks."""
+    due = relay.due()
+    for callback_id in due:
+        deliver_callback.delay(callback_id)
+    return due

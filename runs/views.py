@@ -37,6 +37,7 @@ def run_detail(request: HtmxHttpRequest, uuid: str) -> HttpResponse:
         "artifacts": run.artifacts.all(),
         "counts": run.test_counts(),
         "failure_groups": run.failure_groups(),
+        "callbacks": run.callbacks.order_by("job_name", "created_at"),
         "nav": "runs",
     }
     if request.htmx:

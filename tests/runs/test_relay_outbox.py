@@ -1,0 +1,154 @@
+"""The outbox against the relay simulator over HTTP, delivered by a real worker."""
+
+import uuid
+
+import pytest
+
+from runs import relay, results
+from runs.models import Dispatch, RelayCallback, Run, Shard, TestResult, Trigger
+from runs.relay_simulator import RelaySimulator
+from tests.dispatches import pr_dispatch
+from tests.factories import make_backend, make_config, make_user
+from tests.waiting import wait_for
+
+REPO = "acme/torch-acme"
+
+
+@pytest.fixture
+def simulator(tmp_path):
+    with RelaySimulator(token="s3cret", allowlist={REPO: "L2"}) as sim:
+        yield sim
+
+
+@pytest.fixture
+def relayed_backend(simulator, tmp_path, transactional_db):
+    token = tmp_path / "relay-token"
+    token.write_text("s3cret\n")
+    backend = make_backend("acme", relay_url=simulator.url, relay_token=f"file:{token}")
+    make_config(backend)
+    return backend
+
+
+def finished_run(backend, simulator, shards: int = 2) -> Run:
+    """A dispatched run whose shards ran (results written directly), then finished."""
+    body = pr_dispatch(delivery_id=str(uuid.uuid4()))
+    simulator.dispatch(body["delivery_id"], REPO, body["payload"])
+    dispatch = Dispatch.objects.create(
+        backend=backend, delivery_id=body["delivery_id"], event_type="pull_request",
+        raw_body="{}", payload=body["payload"], verdict="accepted",
+    )  # fmt: skip
+    trigger = Trigger.objects.create(
+        backend=backend, kind="dispatch", dispatch=dispatch, pytorch_sha="a" * 40
+    )
+    run = Run.objects.create(
+        trigger=trigger, backend=backend, job_name="acme", backend_version="1",
+        pytorch_sha="a" * 40, test_suite_sha="a" * 40,
+        config_version=backend.config_versions.get(), status=Run.Status.RUNNING,
+    )  # fmt: skip
+    relay.job_started(run)
+    for index in range(shards):
+        shard = Shard.objects.create(run=run, index=index, test_ids=[], status="running")
+        relay.job_started(run, shard)
+        for number, outcome in enumerate(["passed", "passed", "failed", "skipped"]):
+            TestResult.objects.create(
+                shard=shard, run=run, node_id=f"test/t.py::T::test_{index}_{number}",
+                file_path="test/t.py", class_name="T", test_name=f"test_{number}",
+                outcome=outcome, message="AssertionError: Tensor-likes are not close!",
+            )  # fmt: skip
+        Shard.objects.filter(pk=shard.pk).update(status="done")
+    results.finish_if_done(run.pk)
+    run.refresh_from_db()
+    return run
+
+
+def delivered(run: Run) -> bool:
+    callbacks = list(run.callbacks.all())
+    return bool(callbacks) and all(c.status in ("delivered", "rejected") for c in callbacks)
+
+
+def jobs_in(simulator) -> dict[str, list[str]]:
+    jobs: dict[str, list[str]] = {}
+    for key, status, _ in simulator.accepted:
+        jobs.setdefault(key.job_name, []).append(status)
+    return jobs
+
+
+@pytest.mark.parametrize("mode", ["per_job", "aggregate"])
+def test_each_job_gets_one_in_progress_then_one_completed(
+    mode, relayed_backend, simulator, celery_worker
+):
+    relayed_backend.relay_mode = mode
+    relayed_backend.save()
+    run = finished_run(relayed_backend, simulator)
+    wait_for(lambda: delivered(run), what="every callback delivered")
+    expected = ["acme / shard 0", "acme / shard 1"] if mode == "per_job" else ["acme"]
+    assert jobs_in(simulator) == {job: ["in_progress", "completed"] for job in expected}
+    completed = [body for _, status, body in simulator.accepted if status == "completed"]
+    if mode == "aggregate":
+        assert completed[0]["workflow"]["test_results"] == run.test_counts()
+    else:
+        for body in completed:
+            index = int(body["workflow"]["job_name"].rsplit(" ", 1)[1])
+            assert body["workflow"]["test_results"] == run.shards.get(index=index).test_counts()
+    assert all(body["workflow"]["conclusion"] == "failure" for body in completed)
+    assert all(body["delivery_id"] == run.trigger.dispatch.delivery_id for body in completed)
+
+
+def test_a_relay_down_for_a_while_delays_callbacks_and_drops_none(
+    relayed_backend, simulator, celery_worker
+):
+    simulator.fail_for(6, status=503)
+    simulator.fail_next(2, status=429)
+    run = finished_run(relayed_backend, simulator, shards=1)
+    wait_for(lambda: delivered(run), timeout=180, what="delivery after the outage")
+    assert jobs_in(simulator) == {"acme": ["in_progress", "completed"]}
+    assert max(c.attempts for c in run.callbacks.all()) > 1
+    assert set(run.callbacks.values_list("status", flat=True)) == {"delivered"}
+
+
+def test_a_refused_callback_is_final_and_shown_on_the_run_page(
+    relayed_backend, simulator, celery_worker, client
+):
+    simulator.fail_next(1, status=400)
+    run = finished_run(relayed_backend, simulator, shards=1)
+    wait_for(lambda: delivered(run), what="the refusal")
+    refused = run.callbacks.get(transition="in_progress")
+    assert refused.status == RelayCallback.Status.REJECTED and refused.attempts == 1
+    assert refused.last_status_code == 400
+    client.force_login(make_user("vera"))
+    page = client.get(f"/runs/{run.uuid}/").content.decode()
+    assert "rejected (final)" in page and "400" in page
+
+
+def test_a_manual_run_reports_nothing(relayed_backend, simulator):
+    trigger = Trigger.objects.create(backend=relayed_backend, kind="manual", pytorch_sha="b" * 40)
+    run = Run.objects.create(
+        trigger=trigger, backend=relayed_backend, job_name="acme", backend_version="1",
+        pytorch_sha="b" * 40, test_suite_sha="b" * 40,
+        config_version=relayed_backend.config_versions.get(),
+    )  # fmt: skip
+    relay.job_started(run)
+    relay.run_finished(run)
+    assert not run.callbacks.exists()
+
+
+def test_a_nightly_run_self_reports_one_completed(relayed_backend, simulator, celery_worker):
+    trigger = Trigger.objects.create(
+        backend=relayed_backend, kind="nightly", pytorch_sha="c" * 40, ref="nightly"
+    )
+    run = Run.objects.create(
+        trigger=trigger, backend=relayed_backend, job_name="acme", backend_version="1",
+        pytorch_sha="c" * 40, test_suite_sha="c" * 40, status="running",
+        config_version=relayed_backend.config_versions.get(),
+    )  # fmt: skip
+    relay.job_started(run)
+    shard = Shard.objects.create(run=run, index=0, status="done")
+    TestResult.objects.create(
+        shard=shard, run=run, node_id="test/t.py::T::test_a", file_path="test/t.py",
+        test_name="test_a", outcome="passed",
+    )  # fmt: skip
+    results.finish_if_done(run.pk)
+    wait_for(lambda: delivered(run), what="the self-report")
+    assert [(k.delivery_id, s) for k, s, _ in simulator.accepted] == [("c" * 40, "completed")]
+    body = simulator.accepted[0].body
+    assert body["event_type"] == "nightly" and body["workflow"]["conclusion"] == "success"
