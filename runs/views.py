@@ -7,6 +7,7 @@ from django_htmx.http import HttpResponseStopPolling
 from crcr_site.lib.access import reviewer_required
 from crcr_site.lib.htmx import HtmxHttpRequest
 from runs import charts, gate, triggers
+from runs import hud as hud_grid
 from runs.forms import TriggerForm
 from runs.models import Dispatch, Run
 from runs.upstream import UpstreamError
@@ -14,8 +15,14 @@ from runs.upstream import UpstreamError
 
 @login_required
 def hud(request: HttpRequest) -> HttpResponse:
-    runs = Run.objects.select_related("trigger").order_by("-created_at")[:200]
-    return render(request, "runs/hud.html", {"runs": runs, "nav": "hud"})
+    rows, columns, chars = hud_grid.grid()
+    table = [
+        (row, [(row.cells.get(c.job), chars.get(getattr(row.cells.get(c.job), "pk", 0), ""))
+               for c in columns])
+        for row in rows
+    ]  # fmt: skip
+    context = {"table": table, "columns": columns, "nav": "hud"}
+    return render(request, "runs/hud.html", context)
 
 
 @login_required
