@@ -49,13 +49,18 @@ def test_an_unsupported_op_means_skip_naming_it_and_helpers_are_named_as_such():
     assert "aten::lgamma.default" in verdict.reason
     assert verdict.evidence["unsupported_ops"] == ["lgamma.default"]
     helper = classify(ops={"": {"add.Tensor": False, "normal_.default": True}})
-    assert helper.mode == "skip" and helper.reason.startswith("its set-up or checks call aten::normal_")
+    assert helper.mode == "skip" and helper.reason.startswith(
+        "its set-up or checks call aten::normal_"
+    )
 
 
 def test_unsupported_opinfo_variants_are_dropped_by_edits_and_the_rest_kept():
     verdict = classify(
         opinfos=["abs", "lgamma"],
-        ops={"abs": {"abs.default": False, "clone.default": True}, "lgamma": {"lgamma.default": False}},
+        ops={
+            "abs": {"abs.default": False, "clone.default": True},
+            "lgamma": {"lgamma.default": False},
+        },
     )
     assert verdict.mode == "mandatory_success"
     assert verdict.edits == {"ops": {"exclude": [{"name": "lgamma"}]}}
@@ -64,7 +69,11 @@ def test_unsupported_opinfo_variants_are_dropped_by_edits_and_the_rest_kept():
 
 def test_dtype_coverage_and_upstream_outcomes_decide_the_rest():
     assert classify(dtypes=["int8", "complex64"]).mode == "skip"
-    broken = classify(passed=0, failed=4, first_failure="Traceback\nAssertionError: 3 != 2\nTo execute this test, run")
+    broken = classify(
+        passed=0,
+        failed=4,
+        first_failure="Traceback\nAssertionError: 3 != 2\nTo execute this test, run",
+    )
     assert broken.mode == "xfail" and broken.reason.endswith("AssertionError: 3 != 2")
     assert classify(passed=0, skipped=4).mode == "skip"
     fine = classify(ops={"": {"add.Tensor": False, "empty.memory_format": True}})
@@ -79,7 +88,9 @@ class ChatAPI(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        ChatAPI.requests.append({"path": self.path, "auth": self.headers.get("Authorization"), "body": body})
+        ChatAPI.requests.append(
+            {"path": self.path, "auth": self.headers.get("Authorization"), "body": body}
+        )
         content = ChatAPI.answers.pop(0)
         reply = json.dumps({"choices": [{"message": {"role": "assistant", "content": content}}]})
         self.send_response(200)
@@ -102,7 +113,9 @@ def chat_api() -> Iterator[str]:
 
 
 def test_the_language_model_classifier_returns_a_validated_structured_decision(chat_api):
-    ChatAPI.answers = ['```json\n{"mode": "mandatory_success", "reason": "Drops lgamma only.", "edits": {"ops": {"exclude": [{"name": "lgamma"}]}}}\n```']
+    ChatAPI.answers = [
+        '```json\n{"mode": "mandatory_success", "reason": "Drops lgamma only.", "edits": {"ops": {"exclude": [{"name": "lgamma"}]}}}\n```'
+    ]
     classifier = ChatClassifier(LLMSettings(chat_api, "tiny-model", "secret"))
     verdict = classifier.classify(evidence(opinfos=["abs", "lgamma"]), CAPS)
     assert (verdict.mode, verdict.reason) == ("mandatory_success", "Drops lgamma only.")
@@ -120,8 +133,14 @@ def test_the_language_model_classifier_returns_a_validated_structured_decision(c
         ("sure, skip it", "not JSON"),
         ('{"mode": "maybe", "reason": "x"}', "mode 'maybe'"),
         ('{"mode": "skip", "reason": ""}', "reason"),
-        ('{"mode": "xfail", "reason": "x", "edits": {"dtypes": {"exclude": [{"name": "float99"}]}}}', "unknown dtype"),
-        ('{"mode": "xfail", "reason": "x", "edits": {"ops": {"exclude": [{"name": "mul"}]}}}', "no OpInfo 'mul'"),
+        (
+            '{"mode": "xfail", "reason": "x", "edits": {"dtypes": {"exclude": [{"name": "float99"}]}}}',
+            "unknown dtype",
+        ),
+        (
+            '{"mode": "xfail", "reason": "x", "edits": {"ops": {"exclude": [{"name": "mul"}]}}}',
+            "no OpInfo 'mul'",
+        ),
         ('{"mode": "xfail", "reason": "x", "verdict": "y"}', "unknown keys"),
     ],
 )
@@ -135,7 +154,9 @@ def test_a_bad_answer_is_rejected_with_the_reason(chat_api, answer, problem):
 def test_stage_3_keeps_the_deterministic_decision_when_the_model_answers_badly(chat_api):
     ChatAPI.answers = ['{"mode": "never"}']
     decisions = pipeline.stage3(
-        {KEY: evidence(restrictions=["onlyCUDA"])}, CAPS, ChatClassifier(LLMSettings(chat_api, "m", ""))
+        {KEY: evidence(restrictions=["onlyCUDA"])},
+        CAPS,
+        ChatClassifier(LLMSettings(chat_api, "m", "")),
     )
     assert decisions[KEY].mode == "skip"
     assert "mode 'never'" in decisions[KEY].evidence["rejected_answer"]

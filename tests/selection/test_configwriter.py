@@ -49,10 +49,31 @@ def changed_lines(before: str, after: str) -> tuple[list[str], list[str]]:
 
 def test_a_written_config_reloads_and_differs_only_in_the_changed_entries(tree):
     decisions = [
-        Decision("test/test_a.py", "TestA", "test_three", "mandatory_success", "aten::lgamma is supported now."),
-        Decision("test/test_a.py", "TestA", "test_two", "xfail", "numerical mismatch of 0.25 on the device."),
-        Decision("test/test_b.py", "TestB", "test_x", "mandatory_success", "drops lgamma.", {"ops": {"exclude": [{"name": "lgamma"}]}}),
-        Decision("test/test_c.py", "TestC", "test_y", "skip", "crashes the test process (SIGSEGV)."),
+        Decision(
+            "test/test_a.py",
+            "TestA",
+            "test_three",
+            "mandatory_success",
+            "aten::lgamma is supported now.",
+        ),
+        Decision(
+            "test/test_a.py",
+            "TestA",
+            "test_two",
+            "xfail",
+            "numerical mismatch of 0.25 on the device.",
+        ),
+        Decision(
+            "test/test_b.py",
+            "TestB",
+            "test_x",
+            "mandatory_success",
+            "drops lgamma.",
+            {"ops": {"exclude": [{"name": "lgamma"}]}},
+        ),
+        Decision(
+            "test/test_c.py", "TestC", "test_y", "skip", "crashes the test process (SIGSEGV)."
+        ),
     ]
     text = apply(PARENT, decisions)
     config = validate(text, tree)
@@ -71,14 +92,23 @@ def test_a_written_config_reloads_and_differs_only_in_the_changed_entries(tree):
 
 
 def test_rewriting_a_single_name_entry_replaces_its_comment_in_place():
-    text = apply(PARENT, [Decision("test/test_a.py", "TestA", "test_three", "xfail", "flaky: passed on a retry.")])
-    assert "        # Why: flaky: passed on a retry.\n        - names: [TestA::test_three]\n          mode: xfail\n" in text
+    text = apply(
+        PARENT,
+        [Decision("test/test_a.py", "TestA", "test_three", "xfail", "flaky: passed on a retry.")],
+    )
+    assert (
+        "        # Why: flaky: passed on a retry.\n        - names: [TestA::test_three]\n          mode: xfail\n"
+        in text
+    )
     assert "not yet" not in text
     assert text.count("\n") == PARENT.count("\n")
 
 
 def test_an_empty_config_gets_its_first_files(tree):
-    text = apply("test_suite_config:\n  files: []\n", [Decision("test/test_a.py", "TestA", "test_one", "skip", "cuda only.")])
+    text = apply(
+        "test_suite_config:\n  files: []\n",
+        [Decision("test/test_a.py", "TestA", "test_one", "skip", "cuda only.")],
+    )
     assert validate(text, tree).files[0].tests[0].mode == "skip"
 
 
@@ -89,7 +119,9 @@ def test_a_parent_that_is_not_a_test_config_is_refused():
 
 def test_validation_names_the_problem(tree):
     with pytest.raises(ConfigError, match="mode"):
-        validate(apply(PARENT, [Decision("test/test_a.py", "TestA", "test_one", "sometimes", "x")]), tree)
+        validate(
+            apply(PARENT, [Decision("test/test_a.py", "TestA", "test_one", "sometimes", "x")]), tree
+        )
 
 
 def test_a_standalone_config_runs_only_the_decisions_with_the_parents_global_section(tree):

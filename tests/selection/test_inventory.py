@@ -93,10 +93,15 @@ def test_a_file_that_does_not_parse_is_kept_with_its_error():
 
 @pytest.mark.django_db
 def test_a_rescan_reuses_unchanged_files_and_the_diff_names_what_changed(tmp_path):
-    tree = write_tree(tmp_path, {"test/test_slice.py": OPS_FILE, "test/distributed/test_c10d.py": DIST_FILE})
+    tree = write_tree(
+        tmp_path, {"test/test_slice.py": OPS_FILE, "test/distributed/test_c10d.py": DIST_FILE}
+    )
     first = inventory.scan(tree, "a" * 40, embed=False)
     assert first.stats["parsed"] == 2 and first.stats["tests"] == 4
-    changed = OPS_FILE.replace("    def test_plain(self, device):\n        pass\n", "    def test_new(self, device):\n        pass\n")
+    changed = OPS_FILE.replace(
+        "    def test_plain(self, device):\n        pass\n",
+        "    def test_new(self, device):\n        pass\n",
+    )
     changed = changed.replace('("add", "sub")', '("add", "mul")')
     write_tree(tmp_path, {"test/test_slice.py": changed})
     second = inventory.scan(tree, "b" * 40, embed=False)
@@ -107,12 +112,17 @@ def test_a_rescan_reuses_unchanged_files_and_the_diff_names_what_changed(tmp_pat
     assert diff.removed == [("test/test_slice.py", "TestSlice", "test_plain")]
     assert diff.changed == [("test/test_slice.py", "TestSlice", "test_matches_cpu")]
     assert diff.unchanged == 2
-    assert TestFile.objects.get(snapshot=second, path="test/distributed/test_c10d.py").area == "distributed"
+    assert (
+        TestFile.objects.get(snapshot=second, path="test/distributed/test_c10d.py").area
+        == "distributed"
+    )
 
 
 @pytest.mark.django_db
 def test_embeddings_answer_which_file_matches_a_phrase(tmp_path):
-    tree = write_tree(tmp_path, {"test/test_slice.py": OPS_FILE, "test/distributed/test_c10d.py": DIST_FILE})
+    tree = write_tree(
+        tmp_path, {"test/test_slice.py": OPS_FILE, "test/distributed/test_c10d.py": DIST_FILE}
+    )
     snapshot = inventory.scan(tree, "c" * 40)
     files = inventory.query(snapshot, "collective communication across processes", kind="files")
     assert files[0].path == "test/distributed/test_c10d.py"

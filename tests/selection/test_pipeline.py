@@ -45,13 +45,13 @@ class TestTiny(TestCase):
 
 instantiate_device_type_tests(TestTiny, globals())
 '''
-DIST = '''from torch.testing._internal.common_utils import TestCase
+DIST = """from torch.testing._internal.common_utils import TestCase
 
 
 class TestC10d(TestCase):
     def test_all_reduce(self):
         pass
-'''
+"""
 PARENT = """test_suite_config:
   labels: [trunk]
   files:
@@ -64,7 +64,9 @@ PARENT = """test_suite_config:
   global:
     supported_dtypes: [{name: float32}, {name: float64}]
 """
-FAULTS = '{"faults": [{"op": "addcmul", "dtypes": ["float64"], "kind": "deviation", "amount": 0.25}]}'
+FAULTS = (
+    '{"faults": [{"op": "addcmul", "dtypes": ["float64"], "kind": "deviation", "amount": 0.25}]}'
+)
 
 
 def write_tree(root: Path, files: dict[str, str]) -> Path:
@@ -84,10 +86,15 @@ def test_the_pipeline_leaves_device_checked_proposals_in_the_review_queue(tmp_pa
     )
     make_config(backend, PARENT)
     stages = []
-    run = pipeline.run_for_backend(backend, tree, "1" * 40, progress=lambda s, d, t: stages.append(s))
+    run = pipeline.run_for_backend(
+        backend, tree, "1" * 40, progress=lambda s, d, t: stages.append(s)
+    )
     assert run.status == SelectionRun.Status.DONE, run.error
     summary = run.summary
-    assert "does not hook distributed" in summary["stage1"]["excluded"]["test/distributed/test_c10d.py"]
+    assert (
+        "does not hook distributed"
+        in summary["stage1"]["excluded"]["test/distributed/test_c10d.py"]
+    )
     assert any(s.startswith("stage 4") for s in stages)
 
     proposals = {p.test_name: p for p in Proposal.objects.filter(backend=backend)}
@@ -98,8 +105,13 @@ def test_the_pipeline_leaves_device_checked_proposals_in_the_review_queue(tmp_pa
     assert proposals["test_lgamma"].evidence["unsupported_ops"] == ["lgamma.default"]
     assert (proposals["test_addcmul"].mode, proposals["test_addcmul"].stage) == ("xfail", "refine")
     assert "0.25" in proposals["test_addcmul"].reason
-    assert proposals["test_streams"].mode == "skip" and "@onlyCUDA" in proposals["test_streams"].reason
-    assert (proposals["test_add_backward"].mode, proposals["test_add_backward"].stage) == ("skip", "coarse")
+    assert (
+        proposals["test_streams"].mode == "skip" and "@onlyCUDA" in proposals["test_streams"].reason
+    )
+    assert (proposals["test_add_backward"].mode, proposals["test_add_backward"].stage) == (
+        "skip",
+        "coarse",
+    )
     # The config already says xfail for test_wrong, and the device agrees: nothing to review.
     assert "test_wrong" not in proposals
     assert CapturedTest.objects.get(test_name="test_add").variants == 1
@@ -114,7 +126,11 @@ def test_the_pipeline_leaves_device_checked_proposals_in_the_review_queue(tmp_pa
         for p in approved
     ])  # fmt: skip
     configwriter.validate(text, tree)
-    removed = [line for line in difflib.ndiff(PARENT.splitlines(), text.splitlines()) if line.startswith("- ")]
+    removed = [
+        line
+        for line in difflib.ndiff(PARENT.splitlines(), text.splitlines())
+        if line.startswith("- ")
+    ]
     assert removed == []
     assert "        # Why: " + proposals["test_addcmul"].reason in text
 
@@ -123,12 +139,18 @@ def test_the_pipeline_leaves_device_checked_proposals_in_the_review_queue(tmp_pa
 def test_a_decision_without_device_evidence_does_not_reopen_one_approved_on_device_evidence():
     backend = make_backend("reference")
     key = ("test/test_tiny.py", "TestTiny", "test_addcmul")
-    refined = pipeline.Decision(key, "xfail", "numerical mismatch", Proposal.Stage.REFINE, evidence={"device": {}})
+    refined = pipeline.Decision(
+        key, "xfail", "numerical mismatch", Proposal.Stage.REFINE, evidence={"device": {}}
+    )
     pipeline.save_proposals(backend, None, [refined], PARENT)
     Proposal.objects.get().review(make_user("rita", "reviewer"), approve=True)
-    static = pipeline.Decision(key, "mandatory_success", "all ops supported", Proposal.Stage.CLASSIFY)
+    static = pipeline.Decision(
+        key, "mandatory_success", "all ops supported", Proposal.Stage.CLASSIFY
+    )
     assert pipeline.save_proposals(backend, None, [static], PARENT)["unchanged"] == 1
-    fresh = pipeline.Decision(key, "mandatory_success", "passes now", Proposal.Stage.REFINE, evidence={"device": {}})
+    fresh = pipeline.Decision(
+        key, "mandatory_success", "passes now", Proposal.Stage.REFINE, evidence={"device": {}}
+    )
     assert pipeline.save_proposals(backend, None, [fresh], PARENT)["created"] == 1
 
 
@@ -138,9 +160,17 @@ def test_an_upgrade_classifies_only_what_changed(tmp_path):
     backend = make_backend("reference", extension_points=["eager"])
     make_config(backend, PARENT.replace("test_wrong]", "test_wrong, TestTiny::test_streams]"))
     inventory.scan(tree, "1" * 40, embed=False)
-    changed = TINY.replace("torch.full((4,), 2.0))\n", "torch.full((4,), 2.0), atol=0, rtol=0)\n", 1)
-    changed = changed.replace("    @onlyCUDA\n    def test_streams(self, device):\n        torch.cuda.synchronize(device)\n\n", "")
-    changed = changed.replace("    def test_wrong(", "    def test_new(self, device):\n        self.assertTrue(True)\n\n    def test_wrong(")
+    changed = TINY.replace(
+        "torch.full((4,), 2.0))\n", "torch.full((4,), 2.0), atol=0, rtol=0)\n", 1
+    )
+    changed = changed.replace(
+        "    @onlyCUDA\n    def test_streams(self, device):\n        torch.cuda.synchronize(device)\n\n",
+        "",
+    )
+    changed = changed.replace(
+        "    def test_wrong(",
+        "    def test_new(self, device):\n        self.assertTrue(True)\n\n    def test_wrong(",
+    )
     new_tree = write_tree(tmp_path / "new", {"test/test_tiny.py": changed})
     run = upgrade.upgrade(backend, "2" * 40, new_tree, "1" * 40, device=False)
     summary = run.summary
@@ -152,4 +182,8 @@ def test_an_upgrade_classifies_only_what_changed(tmp_path):
         {"file": "test/test_tiny.py", "name": "TestTiny::test_streams", "mode": "xfail"}
     ]
     new = Proposal.objects.get(backend=backend, test_name="test_new")
-    assert (new.mode, new.stage, new.evidence["upgrade"]["change"]) == ("mandatory_success", "upgrade", "added")
+    assert (new.mode, new.stage, new.evidence["upgrade"]["change"]) == (
+        "mandatory_success",
+        "upgrade",
+        "added",
+    )

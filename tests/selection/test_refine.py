@@ -13,9 +13,25 @@ TREE = Path("/tree")
 FILE = "test/test_x.py"
 
 
-def record(name: str, outcome: str, message: str = "", op: str = "", dtype: str = "float32", attempt: int = 1, test: str = "test_a") -> Attempt:
-    props = [["crcr_test", f"{TREE}/{FILE}::TestX::{test}"], ["dtype", dtype]] + ([["op", op]] if op else [])
-    return Attempt(f"{FILE}::TestXPRIVATEUSE1::{name}", outcome, message=message, properties=props, attempt=attempt)
+def record(
+    name: str,
+    outcome: str,
+    message: str = "",
+    op: str = "",
+    dtype: str = "float32",
+    attempt: int = 1,
+    test: str = "test_a",
+) -> Attempt:
+    props = [["crcr_test", f"{TREE}/{FILE}::TestX::{test}"], ["dtype", dtype]] + (
+        [["op", op]] if op else []
+    )
+    return Attempt(
+        f"{FILE}::TestXPRIVATEUSE1::{name}",
+        outcome,
+        message=message,
+        properties=props,
+        attempt=attempt,
+    )
 
 
 UNSUPPORTED = "NotImplementedError: Could not run 'aten::lgamma.out' with arguments from the 'PrivateUse1' backend."
@@ -46,20 +62,40 @@ def test_an_unsupported_op_means_skip_naming_it_or_dropping_only_its_opinfo():
 
 
 def test_a_numerical_mismatch_becomes_a_tolerance_edit_when_small_and_xfail_when_not():
-    small = correct("mandatory_success", {}, seen(record("test_a_float32", "failed", MISMATCH.format(abs="0.00021", rel="0.0003"))))
+    small = correct(
+        "mandatory_success",
+        {},
+        seen(record("test_a_float32", "failed", MISMATCH.format(abs="0.00021", rel="0.0003"))),
+    )
     assert small.mode == "mandatory_success"
-    assert small.edits == {"dtypes": {"include": [{"name": "float32", "precision": {"atol": 0.00042, "rtol": 0.0006}}]}}
-    large = correct("mandatory_success", {}, seen(record("test_a_float32", "failed", MISMATCH.format(abs="0.25", rel="0.5"))))
+    assert small.edits == {
+        "dtypes": {"include": [{"name": "float32", "precision": {"atol": 0.00042, "rtol": 0.0006}}]}
+    }
+    large = correct(
+        "mandatory_success",
+        {},
+        seen(record("test_a_float32", "failed", MISMATCH.format(abs="0.25", rel="0.5"))),
+    )
     assert large.mode == "xfail" and "0.25" in large.reason
 
 
 def test_crashes_and_hangs_are_skipped_and_other_failures_xfailed():
-    crashed = Attempt(f"{FILE}::TestXPRIVATEUSE1::test_a_privateuseone_float32", "crashed", message="the test process was killed by signal SIGSEGV (11)")
+    crashed = Attempt(
+        f"{FILE}::TestXPRIVATEUSE1::test_a_privateuseone_float32",
+        "crashed",
+        message="the test process was killed by signal SIGSEGV (11)",
+    )
     found = observe([crashed], TREE, known=[(FILE, "TestX", "test_a")])
     assert correct("mandatory_success", {}, found[(FILE, "TestX", "test_a")]).mode == "skip"
-    hang = correct("mandatory_success", {}, seen(record("test_a_float32", "failed", "crcr: test timed out after 30 s: x")))
+    hang = correct(
+        "mandatory_success",
+        {},
+        seen(record("test_a_float32", "failed", "crcr: test timed out after 30 s: x")),
+    )
     assert hang.mode == "skip" and "hangs" in hang.reason
-    other = correct("mandatory_success", {}, seen(record("test_a_float32", "failed", "ValueError: bad shape")))
+    other = correct(
+        "mandatory_success", {}, seen(record("test_a_float32", "failed", "ValueError: bad shape"))
+    )
     assert other.mode == "xfail" and other.reason.endswith("ValueError: bad shape")
 
 
@@ -76,8 +112,10 @@ def test_flaky_history_lists_the_recent_runs_where_a_test_passed_only_on_retry()
     backend = make_backend()
     config = make_config(backend)
     key = (FILE, "TestX", "test_a")
-    for n, outcomes in enumerate([("failed", "passed"), ("passed",), ("failed", "passed")]):
-        trigger = Trigger.objects.create(backend=backend, kind=Trigger.Kind.MANUAL, pytorch_sha="a" * 40)
+    for outcomes in [("failed", "passed"), ("passed",), ("failed", "passed")]:
+        trigger = Trigger.objects.create(
+            backend=backend, kind=Trigger.Kind.MANUAL, pytorch_sha="a" * 40
+        )
         run = Run.objects.create(
             trigger=trigger, backend=backend, job_name="job", backend_version="1", pytorch_sha="a" * 40,
             test_suite_sha="a" * 40, config_version=config,

@@ -22,7 +22,10 @@ def test_areas_the_backend_does_not_hook_are_left_out_with_the_reason():
 
 
 def test_a_scope_preference_in_plain_words_leaves_out_files_and_tests():
-    keys = [("test/test_ops.py", "TestCommon", "test_fn_grad"), ("test/test_ops.py", "TestCommon", "test_variant_consistency_eager")]
+    keys = [
+        ("test/test_ops.py", "TestCommon", "test_fn_grad"),
+        ("test/test_ops.py", "TestCommon", "test_variant_consistency_eager"),
+    ]
     result = coarse_filter(
         FILES, ["eager", "autograd", "dynamo", "inductor", "distributed", "sparse"],
         "no autograd yet; skip distributed and compiled tests", keys,

@@ -1,0 +1,121 @@
+"""The operator index: what real tests call under the capture, and enabling an operator."""
+
+from pathlib import Path
+
+import pytest
+
+from selection import enabling, opindex
+from selection.models import CapturedTest, OpUsage, Proposal
+from selection.opcapture_plugin import graph_ops
+from tests.factories import make_backend, make_config
+
+TREE = {
+    "test/test_indexed.py": """import torch
+from torch.testing import make_tensor
+from torch.testing._internal.common_device_type import dtypes, instantiate_device_type_tests, ops
+from torch.testing._internal.common_utils import TestCase
+from torch.testing._internal.opinfo.core import OpInfo, SampleInput
+
+
+def _samples(op, device, dtype, requires_grad, **kwargs):
+    yield SampleInput(make_tensor((3,), device=device, dtype=dtype, low=0.5, high=2.0))
+
+
+_ops = [
+    OpInfo("abs", op=torch.abs, dtypes=(torch.float32,), sample_inputs_func=_samples),
+    OpInfo("lgamma", op=torch.lgamma, dtypes=(torch.float32,), sample_inputs_func=_samples),
+]
+
+
+class TestIndexed(TestCase):
+    @ops(_ops)
+    def test_op(self, device, dtype, op):
+        sample = next(iter(op.sample_inputs(device, dtype)))
+        self.assertEqual(op(sample.input).cpu(), op(sample.input.cpu()))
+
+    @dtypes(torch.float32)
+    def test_lgamma(self, device, dtype):
+        x = make_tensor((4,), device=device, dtype=dtype, low=0.5, high=3.0)
+        self.assertEqual(torch.lgamma(x).cpu(), torch.lgamma(x.cpu()))
+
+    def test_add(self, device):
+        a = torch.ones(3, device=device)
+        self.assertEqual((a + a).cpu(), torch.full((3,), 2.0))
+
+    def test_compiled(self, device):
+        fn = torch.compile(lambda x: torch.sin(x) * 2, backend="aot_eager")
+        self.assertEqual(fn(torch.ones(3, device=device)).cpu(), torch.sin(torch.ones(3)) * 2)
+
+
+instantiate_device_type_tests(TestIndexed, globals())
+""",
+}
+
+
+def write_tree(root: Path) -> Path:
+    for relative, text in TREE.items():
+        (root / relative).parent.mkdir(parents=True, exist_ok=True)
+        (root / relative).write_text(text)
+    return root
+
+
+def ops_of(test: str) -> dict[tuple[str, str], bool]:
+    rows = OpUsage.objects.filter(test_name=test).values_list("opinfo", "op", "is_helper")
+    return {(opinfo, op): helper for opinfo, op, helper in rows}
+
+
+@pytest.mark.django_db
+def test_the_capture_indexes_ops_under_test_apart_from_helpers_and_enabling_an_op_proposes_what_now_passes(
+    tmp_path,
+):
+    tree = write_tree(tmp_path)
+    result = opindex.capture(tree, ["test/test_indexed.py"])
+    assert result.processes == 1 and result.tests == 4
+
+    # An OpInfo test tests its declared op; make_tensor's ops are helpers; assertEqual is not seen.
+    op_test = ops_of("test_op")
+    assert op_test[("abs", "abs.default")] is False
+    assert op_test[("lgamma", "lgamma.default")] is False
+    assert op_test[("abs", "uniform_.default")] is True
+    assert not any(op.startswith(("eq.", "isnan.")) for _, op in op_test)
+    assert ops_of("test_add")[("", "add.Tensor")] is False
+    # A compiled test's ops come from the graphs torch logs, not from the dispatch mode.
+    compiled = CapturedTest.objects.get(test_name="test_compiled")
+    assert compiled.compiled
+    assert {op for _, op in ops_of("test_compiled")} >= {"sin.default", "mul.Tensor"}
+    assert set(CapturedTest.objects.get(test_name="test_op").opinfos) == {"abs", "lgamma"}
+    assert sorted(opindex.tests_using("lgamma")) == [
+        ("test/test_indexed.py", "TestIndexed", "test_lgamma"),
+        ("test/test_indexed.py", "TestIndexed", "test_op"),
+    ]
+
+    # Storing the same capture again updates the index instead of adding to it.
+    rows = OpUsage.objects.count()
+    recorded = ops_of("test_add")
+    line = {
+        "file": "test/test_indexed.py", "class": "TestIndexed", "test": "test_add",
+        "ops": [op for (_, op), helper in recorded.items() if not helper],
+        "helper_ops": [op for (_, op), helper in recorded.items() if helper],
+    }  # fmt: skip
+    opindex.store([line])
+    assert OpUsage.objects.count() == rows
+    assert ops_of("test_add") == recorded
+    assert CapturedTest.objects.filter(test_name="test_add").count() == 1
+
+    backend = make_backend("reference")
+    make_config(backend, "test_suite_config:\n  files: []\n")
+    run = enabling.enable_operator(backend, "lgamma", tree)
+    assert run.error == ""
+    assert sorted(run.summary["waiting"]) == [
+        "test/test_indexed.py::TestIndexed::test_lgamma",
+        "test/test_indexed.py::TestIndexed::test_op",
+    ]
+    proposed = Proposal.objects.filter(backend=backend)
+    assert sorted(p.test_name for p in proposed) == ["test_lgamma", "test_op"]
+    assert all(p.mode == "mandatory_success" and p.stage == "enable_op" for p in proposed)
+    assert "aten::lgamma" in proposed[0].reason
+
+
+def test_graph_ops_reads_the_operators_of_a_logged_graph():
+    text = 'sin: "f32[3]" = torch.ops.aten.sin.default(arg0_1)\nmul = torch.ops.aten.mul.Tensor(sin, 2)\nx = torch.ops.prims.convert_element_type.default(mul)'
+    assert graph_ops(text) == {"sin.default", "mul.Tensor", "prims::convert_element_type.default"}
