@@ -16,10 +16,12 @@ $(STAMP): requirements.txt pyproject.toml
 
 setup: $(STAMP)
 
+# The embedded default: no DATABASE_URL or broker, so SQLite in var/ and eager tasks.
+EMBEDDED := env -u DATABASE_URL -u CELERY_BROKER_URL CRCR_TEST_TIMEOUT=$${CRCR_TEST_TIMEOUT:-30}
+
 run: $(STAMP)
-	env -u DATABASE_URL -u CELERY_BROKER_URL $(BIN)/python manage.py migrate --no-input -v 0
-	env -u DATABASE_URL -u CELERY_BROKER_URL $(BIN)/python manage.py demo
-	env -u DATABASE_URL -u CELERY_BROKER_URL $(BIN)/python manage.py runserver 127.0.0.1:8000 --noreload
+	$(EMBEDDED) $(BIN)/python manage.py migrate --no-input -v 0
+	$(EMBEDDED) $(BIN)/python manage.py demo --serve
 
 # The suite runs on the production shape: PostgreSQL and Redis on 127.0.0.1.
 test: export DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/crcr

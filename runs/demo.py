@@ -10,6 +10,7 @@ through the intake. Every step is idempotent: running it twice changes nothing.
 import copy
 import json
 import os
+import secrets
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,13 +21,21 @@ from django.db import transaction
 
 from runs import dispatch as intake
 from runs.models import Backend, Dispatch
+from runs.relay_simulator import RelaySimulator
 from selection.models import ConfigVersion
 
 DEMO_USERNAME = "demo"
 DEMO_PASSWORD = os.environ.get("CRCR_DEMO_PASSWORD", "crcr-demo")
-DEMO_CONFIG = Path(settings.BASE_DIR) / "selection" / "reuse" / "configs" / "reference.yaml"
+BUNDLED_TREE = Path(settings.BASE_DIR) / "tests" / "upstream"
 DEMO_WEBHOOK = Path(__file__).parent / "demo_data" / "pull_request.closed.json"
 DEMO_PR = 160_000
+
+
+def bundled_tree_config() -> str:
+    """The bundled tree's demo config with its relative paths anchored at ${TORCH_ROOT},
+    so a run can write it anywhere and point TORCH_ROOT at the tree it tests."""
+    text = (BUNDLED_TREE / "crcr-config.yaml").read_text()
+    return text.replace("path: test/", "path: ${TORCH_ROOT}/test/")
 
 
 @dataclass
@@ -52,7 +61,7 @@ def load_backend() -> DemoState:
     )
     config = backend.config_versions.order_by("-number").first()
     if config is None:
-        text = DEMO_CONFIG.read_text()
+        text = bundled_tree_config()
         config = ConfigVersion.objects.create(
             backend=backend,
             number=1,
@@ -61,6 +70,22 @@ def load_backend() -> DemoState:
             message="initial config for the reference device",
         )
     return DemoState(backend=backend, config=config)
+
+
+def relay_simulator(backend: Backend) -> RelaySimulator:
+    """A local relay simulator for the demo backend's repository, which it points at."""
+    token_file = Path(settings.VAR_DIR) / "relay-token"
+    if not token_file.exists():
+        token_file.write_text(secrets.token_urlsafe(24))
+    simulator = RelaySimulator(
+        port=0,
+        token=token_file.read_text().strip(),
+        allowlist={backend.repository: "L2"},
+        auto_dispatch=True,  # the demo's dispatch did not come through a real relay
+    ).start()
+    backend.relay_url, backend.relay_token = simulator.url, f"file:{token_file}"
+    backend.save(update_fields=["relay_url", "relay_token"])
+    return simulator
 
 
 def create_demo_user() -> None:

@@ -24,6 +24,8 @@ def tree_for(pytorch_sha: str) -> Path:
     """The folder that plays ${TORCH_ROOT} for this SHA (it holds `test/`)."""
     root = Path(settings.CRCR_TORCH_ROOT)
     if not (root / ".git").exists():
+        if not (root / "test").is_dir():
+            raise TestTreeError(f"TORCH_ROOT {root} has no test/ folder")
         return root
     target = Path(settings.MEDIA_ROOT) / WORKTREES / pytorch_sha
     target.parent.mkdir(parents=True, exist_ok=True)

@@ -1,4 +1,4 @@
-"""The embedded demo leaves a dispatch, its verdict and its run to look at."""
+"""The embedded demo feeds a merged PR through the intake once, with a relay to report to."""
 
 from django.core.management import call_command
 
@@ -11,14 +11,20 @@ def test_the_demo_feeds_a_merged_pr_through_the_intake_once(
 ):
     settings.VAR_DIR = tmp_path
     settings.CRCR_UPSTREAM = f"git:{tmp_path / 'upstream'}"
+    # An empty test tree: the run is created and planned, and ends at once.
+    settings.CRCR_TORCH_ROOT = tmp_path / "no-tests"
     call_command("demo")
-    run = wait_for(Run.objects.first, what="the demo run")
+    run = wait_for(
+        lambda: Run.objects.filter(status__in=Run.FINISHED).first(), what="the demo run"
+    )
     dispatch = Dispatch.objects.get()
     assert dispatch.verdict == "accepted"
     assert "PR #160000 merged into main" in dispatch.verdict_reason
     assert run.trigger.dispatch == dispatch and run.job_name == "reference"
     assert (tmp_path / "upstream" / ".git").is_dir()
+    assert run.backend.relay_url.endswith("/github/callback")
     call_command("demo")
     assert Dispatch.objects.count() == 1 and Run.objects.count() == 1
     out = capsys.readouterr().out
     assert "sign in at http://127.0.0.1:8000/ as demo / crcr-demo" in out
+    assert "relay simulator at http://127.0.0.1:" in out

@@ -1,24 +1,50 @@
+from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
 from runs import demo
 
 
 class Command(BaseCommand):
-    help = "Set up the embedded demo and feed a merged-PR dispatch through the intake."
+    help = "The main job on the embedded default: the whole loop, then (--serve) the UI."
 
-    def handle(self, *args, **options):
+    def add_arguments(self, parser):
+        parser.add_argument(
+            "--serve", action="store_true", help="then serve the UI on 127.0.0.1:8000"
+        )
+
+    def step(self, text: str) -> None:
+        self.stdout.write(self.style.MIGRATE_HEADING(f"==> {text}"))
+
+    def handle(self, *args, serve, **options):
+        self.step("demo user and the reference-device backend")
         demo.create_demo_user()
         state = demo.load_backend()
-        self.stdout.write(f"backend: {state.backend.name} (config v{state.config.number})")
+        self.stdout.write(f"    backend {state.backend.name}, config v{state.config.number}")
         upstream = demo.ensure_upstream()
         if upstream:
-            self.stdout.write(f"upstream: a local stand-in clone at {upstream}")
-        dispatch = demo.feed_dispatch(state.backend)
-        self.stdout.write(f"dispatch {dispatch.delivery_id}: {dispatch.get_verdict_display()}")
-        self.stdout.write(f"  {dispatch.verdict_reason}")
-        trigger = getattr(dispatch, "trigger", None)
-        for run in trigger.runs.all() if trigger else []:
-            self.stdout.write(f"  run {run.job_name} at {run.pytorch_sha[:12]}: {run.status}")
-        self.stdout.write(
-            f"\nsign in at http://127.0.0.1:8000/ as {demo.DEMO_USERNAME} / {demo.DEMO_PASSWORD}"
-        )
+            self.stdout.write(f"    upstream: a local stand-in clone at {upstream}")
+        simulator = demo.relay_simulator(state.backend)
+        self.stdout.write(f"    relay simulator at {simulator.url}")
+        try:
+            self.step("a merged-PR dispatch through the intake, the gate and its run")
+            dispatch = demo.feed_dispatch(state.backend)
+            self.stdout.write(f"    dispatch {dispatch.delivery_id}: {dispatch.verdict}")
+            self.stdout.write(f"    {dispatch.verdict_reason}")
+            trigger = getattr(dispatch, "trigger", None)
+            for run in trigger.runs.all() if trigger else []:
+                counts = run.test_counts()
+                self.stdout.write(
+                    f"    run {run.job_name}: {run.status}, {counts['passed']} passed, "
+                    f"{counts['failed']} failed, {counts['skipped']} skipped; "
+                    f"{run.failures.count()} failures classified"
+                )
+                self.stdout.write(f"    {run.page_url()}")
+            self.stdout.write(f"    the relay accepted {len(simulator.accepted)} callback(s)")
+            self.stdout.write(
+                f"\nsign in at http://127.0.0.1:8000/ as {demo.DEMO_USERNAME} / "
+                f"{demo.DEMO_PASSWORD}"
+            )
+            if serve:
+                call_command("runserver", "127.0.0.1:8000", use_reloader=False)
+        finally:
+            simulator.stop()
