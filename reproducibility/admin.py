@@ -5,17 +5,22 @@ from reproducibility import models
 
 @admin.register(models.RunRecord)
 class RunRecordAdmin(admin.ModelAdmin):
-    list_display = ["run", "created_at"]
+    list_display = ["run", "config_number", "created_at"]
 
 
 @admin.register(models.WorkerEnvironment)
 class WorkerEnvironmentAdmin(admin.ModelAdmin):
-    list_display = ["hostname", "python_version", "torch_version", "os", "cpu_arch", "run"]
+    list_display = ["hostname", "python_version", "torch_version", "os", "cpu_arch", "run", "shard"]
 
 
 @admin.register(models.Bundle)
 class BundleAdmin(admin.ModelAdmin):
-    list_display = ["run", "status", "size", "created_at", "expires_at"]
+    list_display = ["run", "status", "include_artifacts", "size", "created_at", "expires_at"]
+
+
+@admin.register(models.Rerun)
+class RerunAdmin(admin.ModelAdmin):
+    list_display = ["original", "run", "created_at"]
 
 
 @admin.register(models.Bisection)

@@ -1,0 +1,119 @@
+"""Machine API of reproducibility: metadata, bundles, attestations, re-runs, bisections.
+
+Token-authenticated; reads need a signed-in user, starting work the reviewer
+role. Work that starts later answers 202 with the resource's URL.
+"""
+
+from typing import Any
+
+from django.http import FileResponse
+from django.shortcuts import get_object_or_404
+from rest_framework import status
+from rest_framework.authentication import TokenAuthentication
+from rest_framework.permissions import BasePermission, IsAuthenticated
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from crcr_site.lib.access import IsReviewer
+from reproducibility import access, attestation, bisect, bundles, rerun
+from reproducibility import metadata as run_metadata
+from reproducibility.models import Bisection, Rerun
+from reproducibility.serializers import (
+    BisectionSerializer,
+    BundleRequestSerializer,
+    BundleSerializer,
+    RerunSerializer,
+)
+from reproducibility.views import serve
+
+
+class TokenAPIView(APIView):
+    authentication_classes = [TokenAuthentication]
+    permission_classes = [IsAuthenticated]
+
+    def get_permissions(self) -> list[BasePermission]:
+        # Reading is for every signed-in client; starting work is for reviewers.
+        if self.request.method == "POST":
+            return [IsAuthenticated(), IsReviewer()]
+        return [IsAuthenticated()]
+
+
+def _accepted(data: dict[str, Any]) -> Response:
+    return Response(data, status=status.HTTP_202_ACCEPTED, headers={"Location": data["url"]})
+
+
+def _refused(error: Exception) -> Response:
+    return Response({"error": str(error)}, status=status.HTTP_400_BAD_REQUEST)
+
+
+class RecordAPI(TokenAPIView):
+    """Everything recorded about a run (the bundle's metadata.json)."""
+
+    def get(self, request: Request, uuid: str) -> Response:
+        return Response(run_metadata.metadata(access.run_for(uuid)))
+
+
+class AttestationAPI(TokenAPIView):
+    """The run's in-toto test-result statement (unsigned)."""
+
+    def get(self, request: Request, uuid: str) -> Response:
+        return Response(attestation.statement(run_metadata.metadata(access.run_for(uuid))))
+
+
+class BundleListAPI(TokenAPIView):
+    def get(self, request: Request, uuid: str) -> Response:
+        run = access.run_for(uuid)
+        rows = run.bundles.select_related("run").order_by("-created_at", "-pk")
+        return Response(BundleSerializer(rows, many=True, context={"request": request}).data)
+
+    def post(self, request: Request, uuid: str) -> Response:
+        run = access.run_for(uuid)
+        form = BundleRequestSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        if not run.is_finished:
+            return _refused(ValueError("a bundle is built once the run has finished"))
+        bundle = bundles.request(run, form.validated_data["include_artifacts"], request.user)
+        return _accepted(BundleSerializer(bundle, context={"request": request}).data)
+
+
+class BundleDetailAPI(TokenAPIView):
+    def get(self, request: Request, uuid: str, bundle_uuid: str) -> Response:
+        bundle = access.bundle_for(access.run_for(uuid), bundle_uuid)
+        return Response(BundleSerializer(bundle, context={"request": request}).data)
+
+
+class BundleDownloadAPI(TokenAPIView):
+    def get(self, request: Request, uuid: str, bundle_uuid: str) -> FileResponse:
+        return serve(access.downloadable(access.run_for(uuid), bundle_uuid))
+
+
+class RerunCreateAPI(TokenAPIView):
+    def post(self, request: Request, uuid: str, bundle_uuid: str) -> Response:
+        bundle = access.bundle_for(access.run_for(uuid), bundle_uuid)
+        try:
+            made = rerun.start(bundle, user=request.user)
+        except rerun.RerunError as error:
+            return _refused(error)
+        return _accepted(RerunSerializer(made, context={"request": request}).data)
+
+
+class RerunDetailAPI(TokenAPIView):
+    def get(self, request: Request, uuid: str) -> Response:
+        made = get_object_or_404(Rerun.objects.select_related("original", "run"), uuid=uuid)
+        return Response(RerunSerializer(made, context={"request": request}).data)
+
+
+class BisectionCreateAPI(TokenAPIView):
+    def post(self, request: Request, uuid: str) -> Response:
+        try:
+            bisection = bisect.start(access.run_for(uuid), user=request.user)
+        except bisect.BisectError as error:
+            return _refused(error)
+        return _accepted(BisectionSerializer(bisection, context={"request": request}).data)
+
+
+class BisectionDetailAPI(TokenAPIView):
+    def get(self, request: Request, uuid: str) -> Response:
+        bisection = get_object_or_404(Bisection, uuid=uuid)
+        return Response(BisectionSerializer(bisection, context={"request": request}).data)

@@ -1,0 +1,170 @@
+"""What goes into a repro bundle, written into a folder by `assemble`.
+
+metadata.json             everything recorded (reproducibility.metadata)
+config.yaml               the config version's full text
+plan.json                 the shard plan with estimates, and how each shard ran
+results/shard-N/attempt-M/pNNN.{ids,junit.xml,progress.jsonl,log}
+requirements.txt          `pip freeze` of the worker, to rebuild the environment
+tree/                     crcr's bundled test tree, when the run used it
+artifacts/                the wheels, only when asked for (else referenced)
+attestation.intoto.json   an in-toto test-result statement
+reproduce                 the script (reproducibility/reproduce.py)
+README.md                 how to use all of the above
+"""
+
+import hashlib
+import json
+import shutil
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from django.core.files.storage import default_storage
+
+from reproducibility import attestation
+from reproducibility import metadata as run_metadata
+from reproducibility.models import Bundle
+from runs import planning
+
+RESULT_SUFFIXES = (".ids", ".junit.xml", ".progress.jsonl", ".log")
+SCRIPT = Path(__file__).with_name("reproduce.py")
+TORCH_INDEX = "https://download.pytorch.org/whl/"
+
+
+def assemble(bundle: Bundle, folder: Path) -> list[str]:
+    """Write every file of the bundle into `folder`; returns warnings for the manifest."""
+    run = bundle.run
+    meta = run_metadata.metadata(run)
+    warnings = copy_tree(meta, folder) + copy_artifacts(meta, folder, bundle.include_artifacts)
+    write_json(folder / "metadata.json", meta)
+    (folder / "config.yaml").write_text(meta["config"]["text"])
+    write_json(folder / "plan.json", {"plan": meta["plan"], "shards": meta["shards"]})
+    copy_results(planning.workdir_for(run), folder / "results")
+    (folder / "requirements.txt").write_text(requirements(meta))
+    write_json(folder / "attestation.intoto.json", attestation.statement(meta))
+    shutil.copyfile(SCRIPT, folder / "reproduce")
+    (folder / "reproduce").chmod(0o755)
+    (folder / "README.md").write_text(readme(meta, warnings))
+    return warnings
+
+
+def write_json(path: Path, data: Any) -> None:
+    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+def copy_results(workdir: Path, target: Path) -> None:
+    """Each pytest process's files, as the executor left them per shard and claim."""
+    for source in sorted(workdir.glob("shard-*/attempt-*/*")):
+        if source.is_file() and source.name.endswith(RESULT_SUFFIXES):
+            destination = target / source.relative_to(workdir)
+            destination.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source, destination)
+
+
+def tree_fingerprint(root: Path) -> str:
+    """The same hash as runs.combinations.test_suite_sha, over a given folder."""
+    digest = hashlib.sha1()
+    for source in sorted((root / "test").rglob("*.py")):
+        digest.update(str(source.relative_to(root)).encode() + b"\0" + source.read_bytes())
+    return digest.hexdigest()
+
+
+def copy_tree(meta: dict[str, Any], folder: Path) -> list[str]:
+    """crcr's bundled tree is small: it travels in the bundle. A checkout is referenced."""
+    tree = meta["test_tree"]
+    if tree.get("kind") != "bundled":
+        return []
+    source = Path(tree["path"])
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache")
+    shutil.copytree(source, folder / "tree", ignore=ignore)
+    now = tree_fingerprint(folder / "tree")
+    tree["bundled"] = "tree/"
+    if now != tree.get("fingerprint"):
+        return [f"the bundled test tree changed since the run (now {now[:12]}, "
+                f"the run used {str(tree.get('fingerprint'))[:12]}): outcomes may differ"]  # fmt: skip
+    return []
+
+
+def copy_artifacts(meta: dict[str, Any], folder: Path, include: bool) -> list[str]:
+    """Wheels are referenced by hash and location unless the bundle includes them."""
+    warnings = []
+    for artifact in meta["artifacts"]:
+        artifact["bundled_path"] = ""
+        if not include:
+            continue
+        if not artifact.get("stored_as"):
+            warnings.append(
+                f"artifact {artifact['name']} is not a stored file ({artifact['location']}): "
+                "referenced only"
+            )
+            continue
+        target = folder / "artifacts" / Path(artifact["stored_as"]).name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with default_storage.open(artifact["stored_as"], "rb") as stream, target.open("wb") as out:
+            shutil.copyfileobj(stream, out)
+        if hashlib.sha256(target.read_bytes()).hexdigest() != artifact["sha256"]:
+            raise ValueError(f"artifact {artifact['name']} does not match its SHA-256")
+        artifact["bundled_path"] = target.relative_to(folder).as_posix()
+    return warnings
+
+
+def _freeze_line(line: str) -> str:
+    if line.startswith("-e ") or line.startswith("# Editable"):
+        return f"# (crcr, installed by `reproduce --create-env`) {line.lstrip('# ')}"
+    return line
+
+
+def requirements(meta: dict[str, Any]) -> str:
+    """The worker's `pip freeze`, the most common one when workers differ."""
+    freezes = Counter(env["pip_freeze"] for env in meta["environments"] if env["pip_freeze"])
+    crcr = meta["crcr"]
+    lines = [
+        f"# Requirements of crcr run {meta['run']['uuid']} (pip freeze of its worker).",
+        f"# crcr {crcr.get('version', '')} at commit {crcr.get('commit') or 'unknown'}"
+        f"{' (with local changes)' if crcr.get('dirty') else ''}; checkout {crcr.get('checkout')}",
+    ]
+    if not freezes:
+        lines.append("# No worker environment was recorded for this run.")
+    freeze = freezes.most_common(1)[0][0] if freezes else ""
+    for line in freeze.splitlines():
+        if line.startswith("torch==") and "+" in line:
+            lines.insert(2, f"--extra-index-url {TORCH_INDEX}{line.rsplit('+', 1)[1]}")
+        lines.append(_freeze_line(line))
+    for artifact in meta["artifacts"]:
+        lines.append(
+            f"# artifact {artifact['name']} {artifact['version']} sha256={artifact['sha256']} "
+            f"location={artifact['location']}"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def readme(meta: dict[str, Any], warnings: list[str]) -> str:
+    run = meta["run"]
+    tree = meta["test_tree"]
+    where = (
+        "The test tree is in `tree/`."
+        if tree.get("bundled")
+        else f"Pass `--torch-root` a PyTorch checkout at {tree.get('sha')}."
+    )
+    notes = "".join(f"- {warning}\n" for warning in warnings) or "- none\n"
+    return f"""# crcr run {run["uuid"]}
+
+Job `{run["job_name"]}` at PyTorch `{run["pytorch_sha"]}`: {run["status"]}.
+Page: {run["url"]}
+
+Check every file against `manifest.json`, then re-run (crcr must be importable
+by the Python that runs pytest: `pip install -e <crcr checkout>` at commit
+`{meta["crcr"].get("commit") or "unknown"}`, or set `PYTHON`):
+
+    python reproduce --verify
+    python reproduce --list
+    python reproduce --test '<node id>'
+    python reproduce --shard 0
+    python reproduce --all
+    python reproduce --create-env ./env     # a venv from requirements.txt
+
+{where} Each re-run writes to `work/<time>/` and compares every test's outcome
+and failure category with the recorded ones (exit 0: all the same).
+
+Warnings:
+{notes}"""

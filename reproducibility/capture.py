@@ -1,0 +1,196 @@
+"""Capture what every run is made of, without anyone asking (DESIGN §5).
+
+Three hooks, called by `runs`:
+1. `record_run_start(run)` when the run's shards are planned: the trigger (raw
+   payload, PR, SHA, action), the artifacts with versions and SHA-256, the
+   config version and its text, the shard plan, seeds, the pytest command, the
+   test tree and crcr's own commit, frozen into a RunRecord;
+2. `record_worker(run, shard)` on the device worker that claims a shard: the
+   host's environment (reproducibility.environment) and the variables the
+   shard's pytest processes get, one WorkerEnvironment per claim;
+3. `record_run_end(run)` once the run finished: make sure the record exists
+   (a run that never planned still gets one) and enqueue its bundle.
+
+reproducibility.metadata assembles all of it, with every test attempt, into
+the one JSON document the bundle, the API and the page show.
+"""
+
+import importlib.metadata
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+
+from reproducibility import environment
+from reproducibility.models import Bundle, RunRecord, WorkerEnvironment
+from runs import planning
+from runs.models import Artifact, Run, Shard, Trigger
+
+FORMAT = "crcr-run-metadata/1"
+# PyTorch's TestCase seeds every test with common_utils.SEED unless pytest gets
+# --seed; crcr never passes one.
+TORCH_TEST_SEED = 1234
+# Variables the device subprocess gets from crcr itself (runs.planning.device_env).
+RUN_ENV_VARS = ("CRCR_REUSE_DEVICE", "PYTHONHASHSEED", "TORCH_ROOT")
+# pip freeze costs a second or two: a worker measures its host once per window.
+HOST_FACTS_SECONDS = 600
+_host_cache: dict[str, tuple[float, dict[str, Any]]] = {}
+
+
+def record_run_start(run: Run) -> RunRecord:
+    """Freeze the run's trigger, artifacts, config, plan, seeds and command (idempotent)."""
+    record, _ = RunRecord.objects.update_or_create(run=run, defaults=record_fields(run))
+    return record
+
+
+def record_fields(run: Run) -> dict[str, Any]:
+    """What a RunRecord holds for this run, read from the database and this host now."""
+    run = Run.objects.select_related("trigger__dispatch", "config_version", "backend").get(
+        pk=run.pk
+    )
+    tree = tree_facts(run)
+    env = planning.device_env(run, Path(tree["path"]))
+    return {
+        "trigger": trigger_facts(run.trigger),
+        "artifacts": [artifact_facts(a) for a in run.artifacts.order_by("kind", "name")],
+        "config_number": run.config_version.number,
+        "config_sha256": run.config_version.sha256,
+        "config_text": run.config_version.yaml_text,
+        "plan": plan_facts(run),
+        "seeds": {"PYTHONHASHSEED": env.get("PYTHONHASHSEED", ""), "torch_test": TORCH_TEST_SEED},
+        "command": command_facts(run, env),
+        "test_tree": tree,
+        "crcr": crcr_facts(),
+    }
+
+
+def record_worker(run: Run, shard: Shard) -> WorkerEnvironment:
+    """Record this host's environment for a shard it claimed (once per claim)."""
+    facts = host_facts(run.backend.device_module)
+    env = planning.device_env(run, Path(tree_facts(run)["path"]))
+    names = (*environment.RELEVANT_ENV_VARS, *RUN_ENV_VARS)
+    facts["env_vars"] = {name: env[name] for name in names if name in env}
+    row, _ = WorkerEnvironment.objects.get_or_create(
+        shard=shard, shard_attempt=shard.attempts, defaults={"run": run, **facts}
+    )
+    return row
+
+
+def record_run_end(run: Run) -> Bundle:
+    """Once the run finished: make sure it has a record, and enqueue its bundle."""
+    from reproducibility import bundles
+
+    if not RunRecord.objects.filter(run=run).exists():
+        record_run_start(run)
+    return bundles.request(run)
+
+
+def host_facts(device_module: str) -> dict[str, Any]:
+    """environment.capture() for the backend's distribution, cached for a while."""
+    top = device_module.split(".")[0]
+    distribution = next(iter(importlib.metadata.packages_distributions().get(top, [])), "")
+    cached = _host_cache.get(distribution)
+    if cached is None or time.monotonic() - cached[0] > HOST_FACTS_SECONDS:
+        cached = (time.monotonic(), environment.capture(distribution))
+        _host_cache[distribution] = cached
+    return dict(cached[1])
+
+
+def trigger_facts(trigger: Trigger) -> dict[str, Any]:
+    dispatch = trigger.dispatch
+    facts: dict[str, Any] = {
+        "kind": trigger.kind,
+        "ref": trigger.ref,
+        "pytorch_sha": trigger.pytorch_sha,
+        "requested_by": trigger.requested_by.get_username() if trigger.requested_by else "",
+        "created_at": trigger.created_at.isoformat(),
+        "pr_number": dispatch.pr_number if dispatch else None,
+        "action": dispatch.action if dispatch else "",
+        "dispatch": None,
+    }
+    if dispatch is not None:
+        facts["dispatch"] = {
+            "delivery_id": dispatch.delivery_id,
+            "source": dispatch.source,
+            "event_type": dispatch.event_type,
+            "base_ref": dispatch.base_ref,
+            "head_sha": dispatch.head_sha,
+            "verdict": dispatch.verdict,
+            "verdict_reason": dispatch.verdict_reason,
+            "received_at": dispatch.received_at.isoformat(),
+            "raw_body": dispatch.raw_body,
+        }
+    return facts
+
+
+def artifact_facts(artifact: Artifact) -> dict[str, Any]:
+    return {
+        "kind": artifact.kind,
+        "name": artifact.name,
+        "version": artifact.version,
+        "sha256": artifact.sha256,
+        "size": artifact.size,
+        "location": artifact.location,
+        "stored_as": artifact.file.name if artifact.file else "",
+    }
+
+
+def plan_facts(run: Run) -> list[dict[str, Any]]:
+    return [
+        {"index": s.index, "test_ids": s.test_ids, "estimated_seconds": s.estimated_seconds}
+        for s in run.shards.order_by("index")
+    ]
+
+
+def tree_facts(run: Run) -> dict[str, Any]:
+    """Which test tree the run used: crcr's bundled one, or a checkout's worktree at the SHA."""
+    root = Path(settings.CRCR_TORCH_ROOT)
+    if (root / ".git").exists():
+        worktree = Path(settings.MEDIA_ROOT) / "worktrees" / run.pytorch_sha
+        return {"kind": "checkout", "repository": str(root), "sha": run.pytorch_sha,
+                "path": str(worktree)}  # fmt: skip
+    return {"kind": "bundled", "path": str(root), "fingerprint": run.test_suite_sha}
+
+
+def command_facts(run: Run, env: dict[str, str]) -> dict[str, Any]:
+    """The shape of every pytest process of the run, as runs.executor starts it."""
+    tree = env.get("TORCH_ROOT", "")
+    plugin = [arg.replace(tree, "${TORCH_ROOT}") for arg in planning.plugin_args(
+        run, Path("config.yaml"), Path(tree))]  # fmt: skip
+    return {
+        "python": "python -m pytest --reuse-ids=<ids> -p runs.progress_plugin "
+        "--crcr-progress=<log> --junitxml=<xml> -p no:cacheprovider -q --no-header -rN",
+        "plugin_args": plugin,
+        "cwd": "${TORCH_ROOT}",
+        "env": {name: env[name] for name in RUN_ENV_VARS if name in env},
+        "shard_timeout": settings.CRCR_SHARD_TIMEOUT,
+        "test_timeout": settings.CRCR_TEST_TIMEOUT,
+        "max_attempts": 3,
+    }
+
+
+def _git(*args: str) -> str:
+    try:
+        completed = subprocess.run(
+            ["git", "-C", str(settings.BASE_DIR), *args],
+            capture_output=True, text=True, timeout=30, check=False,
+        )  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return completed.stdout.strip() if completed.returncode == 0 else ""
+
+
+def crcr_facts() -> dict[str, Any]:
+    """crcr's own version, commit and checkout: the reuse plugin comes from there."""
+    try:
+        version = importlib.metadata.version("crcr")
+    except importlib.metadata.PackageNotFoundError:
+        version = ""
+    return {
+        "version": version,
+        "commit": _git("rev-parse", "HEAD"),
+        "dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
+        "checkout": str(settings.BASE_DIR),
+    }

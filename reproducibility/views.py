@@ -1,0 +1,120 @@
+"""Pages: a run's reproducibility record, its bundles, re-runs and bisections."""
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import FileResponse, HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
+from django_htmx.http import HttpResponseStopPolling
+
+from crcr_site.lib.access import reviewer_required
+from crcr_site.lib.htmx import HtmxHttpRequest
+from reproducibility import access, attestation, bisect, bundles, report, rerun
+from reproducibility import metadata as run_metadata
+from reproducibility.forms import AttemptFilterForm, BundleForm
+from reproducibility.models import Bisection, Bundle, Rerun
+
+
+@login_required
+def record_detail(request: HtmxHttpRequest, uuid: str) -> HttpResponse:
+    run = access.run_for(uuid)
+    if request.htmx:
+        shown = list(run.bundles.order_by("-created_at", "-pk")[:10])
+        busy = any(not bundle.is_done for bundle in shown)
+        context = {"run": run, "bundles": shown, "bundle_pending": busy}
+        response = render(request, "reproducibility/record_detail.html#bundles", context)
+        # Once no bundle is being built the page stops polling (htmx's 286).
+        return response if busy else HttpResponseStopPolling(response.content)
+    form = AttemptFilterForm(request.GET)
+    outcome = form.cleaned_data["outcome"] if form.is_valid() else ""
+    context = report.context(run, outcome) | {"filter": form, "bundle_form": BundleForm()}
+    return render(request, "reproducibility/record_detail.html", context | {"nav": "runs"})
+
+
+@require_POST
+@reviewer_required
+def bundle_create(request: HttpRequest, uuid: str) -> HttpResponse:
+    run = access.run_for(uuid)
+    form = BundleForm(request.POST)
+    if not form.is_valid() or not run.is_finished:
+        messages.error(request, "A bundle is built once the run has finished.")
+        return redirect("reproducibility:record_detail", uuid=run.uuid)
+    bundle = bundles.request(run, form.cleaned_data["include_artifacts"], user=request.user)
+    messages.success(request, f"Bundle {bundle.get_status_display()}.")
+    return redirect("reproducibility:record_detail", uuid=run.uuid)
+
+
+def serve(bundle: Bundle) -> FileResponse:
+    response = FileResponse(
+        bundle.file.open("rb"),
+        as_attachment=True,
+        filename=bundle.download_name,
+        content_type="application/gzip",
+    )
+    response["X-Checksum-SHA256"] = bundle.sha256
+    return response
+
+
+@login_required
+def bundle_download(request: HttpRequest, uuid: str, bundle_uuid: str) -> FileResponse:
+    return serve(access.downloadable(access.run_for(uuid), bundle_uuid))
+
+
+@login_required
+def attestation_detail(request: HttpRequest, uuid: str) -> JsonResponse:
+    statement = attestation.statement(run_metadata.metadata(access.run_for(uuid)))
+    response = JsonResponse(statement, json_dumps_params={"indent": 2})
+    response["Content-Disposition"] = f'attachment; filename="crcr-run-{uuid}.intoto.json"'
+    return response
+
+
+@require_POST
+@reviewer_required
+def rerun_create(request: HttpRequest, uuid: str, bundle_uuid: str) -> HttpResponse:
+    bundle = access.bundle_for(access.run_for(uuid), bundle_uuid)
+    try:
+        made = rerun.start(bundle, user=request.user)
+    except rerun.RerunError as error:
+        messages.error(request, f"Cannot re-run this bundle: {error}")
+        return redirect("reproducibility:record_detail", uuid=uuid)
+    return redirect("reproducibility:rerun_detail", uuid=made.uuid)
+
+
+@login_required
+def rerun_detail(request: HtmxHttpRequest, uuid: str) -> HttpResponse:
+    made = get_object_or_404(Rerun.objects.select_related("original", "run", "bundle"), uuid=uuid)
+    rows = rerun.comparison(made.original, made.run)
+    context = {
+        "rerun": made,
+        "rows": rows,
+        "changed": sum(not row.same for row in rows),
+        "nav": "runs",
+    }
+    if request.htmx:
+        response = render(request, "reproducibility/rerun_detail.html#comparison", context)
+        return HttpResponseStopPolling(response.content) if made.run.is_finished else response
+    return render(request, "reproducibility/rerun_detail.html", context)
+
+
+@require_POST
+@reviewer_required
+def bisection_create(request: HttpRequest, uuid: str) -> HttpResponse:
+    run = access.run_for(uuid)
+    try:
+        bisection = bisect.start(run, user=request.user)
+    except bisect.BisectError as error:
+        messages.error(request, f"Cannot bisect: {error}")
+        return redirect("reproducibility:record_detail", uuid=run.uuid)
+    return redirect("reproducibility:bisection_detail", uuid=bisection.uuid)
+
+
+@login_required
+def bisection_detail(request: HtmxHttpRequest, uuid: str) -> HttpResponse:
+    bisection = get_object_or_404(
+        Bisection.objects.select_related("good_run", "bad_run"), uuid=uuid
+    )
+    context = {"bisection": bisection, "steps": bisection.steps_in_order(), "nav": "runs"}
+    if request.htmx:
+        response = render(request, "reproducibility/bisection_detail.html#steps", context)
+        return HttpResponseStopPolling(response.content) if bisection.is_finished else response
+    return render(request, "reproducibility/bisection_detail.html", context)

@@ -1,0 +1,202 @@
+"""A bundle is built from a run's record and files, verified file by file, and pruned."""
+
+import io
+import json
+import subprocess
+import sys
+import tarfile
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from django.core.files.base import ContentFile
+from django.core.management import CommandError, call_command
+from django.utils import timezone
+
+from reproducibility import bundles, capture
+from reproducibility.models import Bundle
+from runs import planning
+from runs.models import Shard
+from tests.factories import make_backend, make_config
+from tests.reproducibility.builders import MISMATCH, PASSING, add_result, make_artifact, make_run
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def bundle(settings, tmp_path):
+    """A finished run with one failing and one passing test, its files, and a built bundle."""
+    settings.MEDIA_ROOT = str(tmp_path / "storage")
+    backend = make_backend("acme")
+    run = make_run(backend, make_config(backend), status="failed")
+    run.artifacts.set([make_artifact()])
+    add_result(run, MISMATCH, ["failed", "failed", "failed"], "numerical_mismatch", "regression")
+    add_result(run, PASSING, ["passed"])
+    attempt = planning.workdir_for(run) / "shard-0" / "attempt-1"
+    attempt.mkdir(parents=True)
+    (attempt / "p001.junit.xml").write_text("<testsuites/>")
+    (attempt / "p001.progress.jsonl").write_text('{"event": "start"}\n')
+    (planning.workdir_for(run) / "tmp").mkdir(exist_ok=True)
+    capture.record_run_start(run)
+    made = Bundle.objects.create(run=run)
+    return bundles.build(made.pk)
+
+
+def unpack(bundle: Bundle, into: Path) -> Path:
+    with bundle.file.open("rb") as stream, tarfile.open(fileobj=stream, mode="r:gz") as tar:
+        tar.extractall(into, filter="data")
+    return into / f"crcr-run-{bundle.run.uuid}"
+
+
+def test_a_built_bundle_is_ready_with_its_hash_size_and_expiry(bundle):
+    assert bundle.status == Bundle.Status.READY, bundle.error
+    assert bundle.file.name == f"bundles/{bundle.uuid}.tar.gz"
+    assert len(bundle.sha256) == 64 and bundle.size > 1000
+    assert timedelta(days=29) < bundle.expires_at - timezone.now() <= timedelta(days=30)
+
+
+def test_the_bundle_holds_metadata_config_plan_results_requirements_tree_and_script(
+    bundle, tmp_path
+):
+    top = unpack(bundle, tmp_path / "fresh")
+    names = {path.relative_to(top).as_posix() for path in top.rglob("*") if path.is_file()}
+    assert {"manifest.json", "metadata.json", "config.yaml", "plan.json", "requirements.txt",
+            "reproduce", "README.md", "attestation.intoto.json"} <= names  # fmt: skip
+    assert "results/shard-0/attempt-1/p001.junit.xml" in names
+    assert "tree/test/test_planted_faults.py" in names and "tree/refdev_faults.yaml" in names
+    assert not any("__pycache__" in name for name in names)
+    assert (top / "config.yaml").read_text() == bundle.run.config_version.yaml_text
+    assert json.loads((top / "plan.json").read_text())["plan"][0]["test_ids"] == [
+        MISMATCH, PASSING,
+    ]  # fmt: skip
+    assert (top / "reproduce").stat().st_mode & 0o111
+    manifest = json.loads((top / "manifest.json").read_text())
+    assert {entry["path"] for entry in manifest["files"]} == names - {"manifest.json"}
+    # The wheels are referenced by hash and location, not included.
+    assert manifest["referenced"][0]["sha256"] == "1" * 64
+    # The factory's suite hash is not the tree's: the bundle says so instead of hiding it.
+    assert "changed since the run" in manifest["warnings"][0]
+
+
+def test_the_attestation_names_the_regression_as_failed(bundle, tmp_path):
+    top = unpack(bundle, tmp_path / "fresh")
+    statement = json.loads((top / "attestation.intoto.json").read_text())
+    assert statement["predicateType"] == "https://in-toto.io/attestation/test-result/v0.1"
+    assert statement["predicate"]["result"] == "FAILED"
+    assert statement["predicate"]["failedTests"] == [MISMATCH]
+    assert statement["predicate"]["passedTests"] == [PASSING]
+    assert statement["subject"][0]["digest"] == {"sha256": "1" * 64}
+
+
+def test_the_reproduce_script_lists_the_plan_with_recorded_outcomes(bundle, tmp_path):
+    top = unpack(bundle, tmp_path / "fresh")
+    listed = subprocess.run(
+        [sys.executable, "reproduce", "--list"], cwd=top, capture_output=True, text=True
+    )
+    assert listed.returncode == 0, listed.stderr
+    assert f"{MISMATCH}  failed -> failed -> failed" in listed.stdout
+
+
+def test_editing_one_byte_of_an_unpacked_bundle_fails_verification_naming_the_file(
+    bundle, tmp_path
+):
+    top = unpack(bundle, tmp_path / "fresh")
+    checked = subprocess.run(
+        [sys.executable, "reproduce", "--verify"], cwd=top, capture_output=True, text=True
+    )
+    assert checked.returncode == 0, checked.stderr
+    data = bytearray((top / "config.yaml").read_bytes())
+    data[0] ^= 0x01
+    (top / "config.yaml").write_bytes(bytes(data))
+    checked = subprocess.run(
+        [sys.executable, "reproduce", "--verify"], cwd=top, capture_output=True, text=True
+    )
+    assert checked.returncode == 2
+    assert "config.yaml: SHA-256 mismatch" in checked.stderr
+    # A re-run refuses a tampered bundle too.
+    rerun = subprocess.run(
+        [sys.executable, "reproduce", "--all"], cwd=top, capture_output=True, text=True
+    )
+    assert rerun.returncode == 2 and "config.yaml" in rerun.stderr
+
+
+def repack_with_one_byte_changed(bundle: Bundle, member_name: str) -> bytes:
+    """The bundle's archive with one byte of one member flipped, packed again."""
+    source = io.BytesIO(bundle.file.open("rb").read())
+    target = io.BytesIO()
+    with (
+        tarfile.open(fileobj=source, mode="r:gz") as old,
+        tarfile.open(fileobj=target, mode="w:gz") as new,
+    ):
+        for member in old.getmembers():
+            data = old.extractfile(member).read() if member.isfile() else None
+            if member.name.endswith(member_name) and data:
+                data = bytes([data[0] ^ 0x01]) + data[1:]
+            new.addfile(member, io.BytesIO(data) if data is not None else None)
+    return target.getvalue()
+
+
+def test_editing_one_byte_inside_the_archive_names_the_file_and_the_archive(bundle, tmp_path):
+    archive = tmp_path / "edited.tar.gz"
+    archive.write_bytes(repack_with_one_byte_changed(bundle, "/metadata.json"))
+    problems = bundles.verify_archive(archive, bundle.sha256)
+    assert problems[0].startswith("edited.tar.gz: SHA-256")
+    assert any("/metadata.json: SHA-256 mismatch" in problem for problem in problems)
+    with pytest.raises(CommandError, match="metadata.json"):
+        call_command("verify_bundle", str(archive))
+
+
+def test_a_flipped_byte_in_the_compressed_archive_names_the_archive(bundle, tmp_path):
+    data = bytearray(bundle.file.open("rb").read())
+    data[len(data) // 2] ^= 0xFF
+    archive = tmp_path / "flipped.tar.gz"
+    archive.write_bytes(bytes(data))
+    problems = bundles.verify_archive(archive, bundle.sha256)
+    assert problems and all(
+        problem.startswith("flipped.tar.gz") or "mismatch" in problem for problem in problems
+    )
+    assert problems[0].startswith("flipped.tar.gz: SHA-256")
+
+
+def test_the_untouched_archive_verifies(bundle, tmp_path):
+    archive = tmp_path / "good.tar.gz"
+    archive.write_bytes(bundle.file.open("rb").read())
+    assert bundles.verify_archive(archive, bundle.sha256) == []
+
+
+def test_an_archive_with_a_path_escaping_its_folder_is_refused(tmp_path):
+    archive = tmp_path / "evil.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        info = tarfile.TarInfo("../outside.txt")
+        info.size = 3
+        tar.addfile(info, io.BytesIO(b"bad"))
+    assert bundles.verify_archive(archive) == ["../outside.txt: unsafe archive member"]
+    assert not (tmp_path.parent / "outside.txt").exists()
+
+
+def test_bundles_past_their_retention_are_pruned_and_others_kept(bundle, monkeypatch):
+    monkeypatch.setenv("CRCR_BUNDLE_RETENTION_DAYS", "7")
+    fresh = Bundle.objects.create(
+        run=bundle.run, status=Bundle.Status.READY, expires_at=bundles.expiry()
+    )
+    fresh.file.save(f"{fresh.uuid}.tar.gz", ContentFile(b"x"))
+    path = Path(bundle.file.path)
+    Bundle.objects.filter(pk=bundle.pk).update(expires_at=timezone.now() - timedelta(days=1))
+    call_command("prune_bundles", stdout=io.StringIO())
+    bundle.refresh_from_db()
+    fresh.refresh_from_db()
+    assert bundle.status == Bundle.Status.PRUNED and not bundle.file and not path.exists()
+    assert fresh.status == Bundle.Status.READY and Path(fresh.file.path).exists()
+    assert timedelta(days=6) < fresh.expires_at - timezone.now() <= timedelta(days=7)
+
+
+def test_a_bundle_that_cannot_be_built_is_failed_with_the_reason(settings, tmp_path):
+    settings.MEDIA_ROOT = str(tmp_path / "storage")
+    settings.CRCR_TORCH_ROOT = tmp_path / "no-such-tree"
+    backend = make_backend("acme")
+    run = make_run(backend, make_config(backend), status="failed")
+    Shard.objects.create(run=run, index=0, test_ids=[], status="done")
+    made = bundles.build(Bundle.objects.create(run=run).pk)
+    assert made.status == Bundle.Status.FAILED
+    assert "no-such-tree" in made.error
+    assert bundles.build(made.pk) is None  # a redelivered task finds it claimed
