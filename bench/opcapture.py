@@ -1,0 +1,89 @@
+"""Bench: running real upstream tests under the operator capture vs. running them plainly.
+
+    .venv/bin/python bench/opcapture.py [--files test/test_view_ops.py ...] [--rounds 2]
+
+The tree is $TORCH_ROOT (a PyTorch checkout, or a folder with real upstream test
+files under test/), else the bundled upstream-style tree. Both variants run the
+same files in one pytest process each, on the CPU, alternating, `--rounds`
+times. The figure held to the target is the CPU time (user + system) of the
+pytest processes, capture over plain: it is what running the tests costs, and
+unlike wall time it barely moves when other work shares the machine. Also
+printed: the sum of the tests' own durations from JUnit XML (wall clock, no
+import time) and the processes' wall time. Target: <= 1.5x. Exit status 1 when
+the target is missed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ElementTree
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TARGET = 1.5
+
+
+def run(
+    tree: Path, files: list[str], capture: bool, scratch: Path, tag: str
+) -> tuple[float, float, float, int]:
+    junit = scratch / f"{tag}.xml"
+    env = dict(os.environ, PYTORCH_TESTING_DEVICE_ONLY_FOR="cpu", PYTHONPATH=str(ROOT))
+    command = [
+        sys.executable, "-m", "pytest", *files, f"--rootdir={tree}", "-q", "-p", "no:cacheprovider",
+        "-o", "addopts=", f"--junitxml={junit}",
+    ]  # fmt: skip
+    if capture:
+        env.update(TORCH_LOGS="post_grad_graphs,aot_graphs", TORCH_LOGS_OUT=str(scratch / "logs.txt"))
+        command += ["-p", "selection.opcapture_plugin", f"--opcapture-out={scratch / tag}.jsonl"]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.monotonic()
+    subprocess.run(command, cwd=tree, env=env, capture_output=True, text=True, check=False)
+    wall = time.monotonic() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    cases = ElementTree.parse(junit).getroot().iter("testcase")
+    times = [float(case.get("time", 0)) for case in cases]
+    return cpu, sum(times), wall, len(times)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--files", nargs="*", help="test files relative to the tree")
+    parser.add_argument("--rounds", type=int, default=2)
+    args = parser.parse_args()
+    tree = Path(os.environ.get("TORCH_ROOT") or ROOT / "tests" / "upstream").resolve()
+    default = ["test/test_view_ops.py"] if (tree / "test/test_view_ops.py").exists() else None
+    files = args.files or default or sorted(str(p.relative_to(tree)) for p in (tree / "test").glob("test_*.py"))
+    print(f"tree {tree}; files {', '.join(files)}; {args.rounds} rounds, alternating")
+    totals = {"plain": [0.0, 0.0, 0.0], "capture": [0.0, 0.0, 0.0]}
+    count = 0
+    with tempfile.TemporaryDirectory(prefix="crcr-bench-") as folder:
+        scratch = Path(folder)
+        for n in range(args.rounds):
+            for name in ("plain", "capture"):
+                cpu, tests, wall, count = run(
+                    tree, files, name == "capture", scratch, f"{name}{n}"
+                )
+                for index, value in enumerate((cpu, tests, wall)):
+                    totals[name][index] += value
+                print(
+                    f"  round {n + 1} {name:>7}: {count} tests, {cpu:7.2f} s CPU, "
+                    f"{tests:7.2f} s in tests, {wall:7.2f} s wall"
+                )
+    cpu_ratio, test_ratio, wall_ratio = (
+        totals["capture"][i] / totals["plain"][i] for i in range(3)
+    )
+    print(f"capture / plain, CPU time:      {cpu_ratio:.3f}x (target <= {TARGET}x)")
+    print(f"capture / plain, time in tests: {test_ratio:.3f}x")
+    print(f"capture / plain, wall time:     {wall_ratio:.3f}x")
+    return 0 if cpu_ratio <= TARGET else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
