@@ -22,7 +22,7 @@ from django.utils import timezone
 
 from runs import artifacts, ingest, planning, relay, results, sharding, testtree
 from runs.classify import classify
-from runs.executor import Executor, ShardSpec, TestRecord
+from runs.executor import Executor, ProcessFailed, ShardSpec, TestRecord
 from runs.models import Shard, TestDuration
 
 # Failures that repeat by nature are not re-run: the op or dtype is missing, or
@@ -115,8 +115,11 @@ def execute(shard_id: int, worker: str | None = None) -> Shard | None:
         test_timeout=settings.CRCR_TEST_TIMEOUT,
         ids_option="--reuse-ids",
     )
-    with Heartbeat(shard):
-        records = Executor(spec, should_retry).run()
+    try:
+        with Heartbeat(shard):
+            records = Executor(spec, should_retry).run()
+    except ProcessFailed as error:
+        raise InfraError(str(error)) from error
     close_old_connections()
     store(shard, records)
     remember_durations(run.backend.device_module, records)

@@ -33,6 +33,11 @@ WATCH_INTERVAL = 0.5
 PR_SET_PDEATHSIG = 1  # all passed, some failed, none collected: pytest ended normally
 
 
+class ProcessFailed(Exception):
+    """pytest itself failed before running any test (a broken plugin, a bad argument,
+    a device that does not load): an infrastructure failure, not the tests'."""
+
+
 @dataclass
 class TestRecord:
     node_id: str
@@ -174,6 +179,8 @@ class Executor:
             exit_code, timed_out = self._watch(process, progress, timeout)
         records, started = read_progress(progress)
         tail = log.read_bytes()[-4000:].decode(errors="replace")
+        if not started and not timed_out and exit_code not in (0, 5):
+            raise ProcessFailed(f"pytest exited with status {exit_code} before any test:\n{tail}")
         return ProcessResult(records, started, exit_code, timed_out, tail)
 
     def _watch(

@@ -99,17 +99,13 @@ def start(run_id: int) -> list[Shard]:
     try:
         ids = collect(run)
     except (PlanningError, testtree.TestTreeError) as error:
-        Run.objects.filter(pk=run_id).update(
-            status=Run.Status.ERROR, error=str(error), finished_at=timezone.now()
-        )
+        end(run, Run.Status.ERROR, str(error))
         return []
     shards = plan(run, ids)
     if not shards:
-        Run.objects.filter(pk=run_id).update(
-            status=Run.Status.FAILED,
-            error="the config selected no test",
-            finished_at=timezone.now(),
-        )
+        end(run, Run.Status.FAILED, "the config selected no test")
+        return []
+    relay.job_started(run)
     for shard in shards:
         transaction.on_commit(partial(execute_shard.delay, shard.pk))
     return shards

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from runs.executor import Executor, ShardSpec
+from runs.executor import Executor, ProcessFailed, ShardSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -102,3 +102,19 @@ def test_a_failure_is_retried_alone_and_a_pass_on_retry_shows_it_flaky(planted):
 def test_failures_the_caller_does_not_want_retried_run_once(tmp_path):
     _, attempts, _ = run(tmp_path, retry=lambda record: False, names=["passes", "fails"])
     assert sum(r.node_id.endswith("test_fails") for r in attempts) == 1
+
+
+def test_a_pytest_that_cannot_start_is_an_infrastructure_failure(tmp_path):
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "test_ok.py").write_text("def test_ok():\n    assert True\n")
+    spec = ShardSpec(
+        ids=["test_ok.py::test_ok"],
+        workdir=tmp_path / "work",
+        cwd=tree,
+        pytest_args=["-p", "no:crcr_reuse", "-p", "no:django", "-p", "plugin_that_does_not_exist"],
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        python=sys.executable,
+    )
+    with pytest.raises(ProcessFailed, match="before any test"):
+        Executor(spec, should_retry=lambda record: True).run()
