@@ -7,8 +7,9 @@ How: before any test file is imported, the backend's module is imported (so
   (``matching.py``); a ``skip`` test is not generated at all (its variants are
   only counted); otherwise a copy of the test gets filtered ``@dtypes`` lists and
   a filtered parametrization (ops, modules, OpInfo dtypes, extra dtypes, per-dtype
-  tolerances), the original instantiation runs, and every generated function is
-  annotated with a ``VariantMeta`` (op, dtype, module, decision);
+  tolerances), then the original instantiation runs. What a generated test is
+  (op, dtype, module) stays where torch puts it, in the defaults
+  (``param_kwargs``) of the function on the device class;
 - ``instantiate_device_type_tests``: records classes that upstream instantiates
   only for other devices (``only_for``/``except_for``), so they are reported.
 This is the portable path; it does not depend on torch 2.13's
@@ -28,26 +29,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from .matching import Decision, Rules, VariantFilter
+from .matching import Rules, VariantFilter
 from .sharding import ShardFilter
 
 ONLY_FOR_ENV = "PYTORCH_TESTING_DEVICE_ONLY_FOR"
-
-
-@dataclass
-class VariantMeta:
-    """What one generated test is: its generic identity, op, dtypes, module, decision."""
-
-    file: str
-    generic_class: str
-    generic_test: str
-    variant: str
-    decision: Decision
-    op: str | None = None
-    dtypes: tuple[str, ...] = ()
-    module: str | None = None
-    params: dict[str, str] = field(default_factory=dict)
-    forced_xfail: str | None = None
 
 
 @dataclass
@@ -175,12 +160,15 @@ class DeviceTypeHooks:
             return
         self._path = path
         prepared = self._prepare(cls, test, decision.filters)
-        before = set(vars(cls))
+        before = len(vars(cls))
         original(cls, name, prepared, generic_cls=generic_cls)
-        for attr in sorted(set(vars(cls)) - before):
-            self._annotate(vars(cls)[attr], attr, path, generic_cls.__name__, name, decision)
+        # What each generated test is (op, dtype, module) stays in its own defaults
+        # (torch's param_kwargs); the plugin reads it there at collection.
+        self.stats.add(path, generated=len(vars(cls)) - before)
 
     def _prepare(self, cls: Any, test: Any, filters: VariantFilter) -> Any:
+        if filters.trivial and not filters.has_precision:
+            return test
         prepared = _clone(test)
         dtypes = cls._get_dtypes(test)
         if dtypes is not None:
@@ -194,8 +182,9 @@ class DeviceTypeHooks:
             per_dtype = _count_inner(inner, test, cls)
             removed = len(dtypes) - len([d for d in kept if d in dtypes])
             self.stats.add(self._path, filtered_variants=removed * per_dtype)
-            prepared.tolerance_overrides = _tolerances(test, kept, filters, ())
-        if hasattr(test, "parametrize_fn"):
+            if filters.has_precision:
+                prepared.tolerance_overrides = _tolerances(test, kept, filters, ())
+        if hasattr(test, "parametrize_fn") and not filters.trivial:
             prepared.parametrize_fn = self._filtered(
                 _rebuild(test.parametrize_fn, filters), filters
             )
@@ -213,47 +202,11 @@ class DeviceTypeHooks:
                 if not _variant_allowed(params, filters):
                     stats.add(path, filtered_variants=1)
                     continue
-                op = params.get("op")
-                names = (op.name, op.full_name) if op is not None else ()
-                dtypes = [
-                    d for d in _flat(params.get("dtype", params.get("dtypes"))) if d is not None
-                ]
-                overrides = _tolerances(variant, dtypes, filters, names)
-                if overrides != getattr(variant, "tolerance_overrides", {}):
-                    variant = _clone(variant)
-                    variant.tolerance_overrides = overrides
+                if filters.has_precision:
+                    variant = _with_tolerances(variant, params, filters)
                 yield variant, suffix, params, decorators
 
         return filtered
-
-    def _annotate(
-        self, fn: Any, attr: str, path: str, cls_name: str, name: str, decision: Decision
-    ) -> None:
-        params = (fn.__defaults__ or ({},))[0] if isinstance(fn, types.FunctionType) else {}
-        params = params if isinstance(params, dict) else {}
-        op = params.get("op")
-        module = params.get("module_info")
-        dtypes = tuple(
-            dtype_name(d) for d in _flat(params.get("dtype", params.get("dtypes"))) if d is not None
-        )
-        op_names = (op.name, op.full_name) if op is not None else ()
-        fn._crcr_meta = VariantMeta(
-            file=path,
-            generic_class=cls_name,
-            generic_test=name,
-            variant=attr,
-            decision=decision,
-            op=op.full_name if op is not None else None,
-            dtypes=dtypes,
-            module=f"torch.{module.name}" if module is not None else None,
-            params={
-                k: str(v)
-                for k, v in params.items()
-                if k not in ("op", "module_info", "device", "devices", "dtype", "dtypes")
-            },
-            forced_xfail=decision.filters.forced_xfail(dtypes, op_names),
-        )
-        self.stats.add(path, generated=1)
 
 
 def _backend_name() -> str:
@@ -326,6 +279,18 @@ def _tolerances(
             )
             overrides[dtype] = tol(atol=atol, rtol=rtol)
     return overrides
+
+
+def _with_tolerances(variant: Any, params: dict[str, Any], filters: VariantFilter) -> Any:
+    op = params.get("op")
+    names = (op.name, op.full_name) if op is not None else ()
+    dtypes = [d for d in _flat(params.get("dtype", params.get("dtypes"))) if d is not None]
+    overrides = _tolerances(variant, dtypes, filters, names)
+    if overrides == getattr(variant, "tolerance_overrides", {}):
+        return variant
+    variant = _clone(variant)
+    variant.tolerance_overrides = overrides
+    return variant
 
 
 def _variant_allowed(params: dict[str, Any], filters: VariantFilter) -> bool:

@@ -198,7 +198,8 @@ class _Reader:
 
     def _compose(self) -> yaml.Node | None:
         try:
-            root = yaml.compose(self.text, Loader=yaml.SafeLoader)
+            # The C parser when PyYAML has it: a few hundred entries compose 10x faster.
+            root = yaml.compose(self.text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
         except yaml.MarkedYAMLError as error:
             mark = error.problem_mark or error.context_mark
             line, column = (mark.line + 1, mark.column + 1) if mark else (1, 1)

@@ -50,6 +50,19 @@ class VariantFilter:
         self.exclude_ops = {o.name for o in edits.ops.exclude}
         self.include_modules: dict[str, ModuleSpec] = {m.short: m for m in edits.modules.include}
         self.exclude_modules = {m.short for m in edits.modules.exclude}
+        # Nothing to filter: collection can take torch's variants as they come.
+        self.trivial = (
+            not edits
+            and global_.supported_dtypes is None
+            and global_.supported_ops is None
+            and global_.supported_modules is None
+        )
+        dtype_specs = [*(global_.supported_dtypes or ()), *edits.dtypes.include]
+        op_specs = [*(global_.supported_ops or ()), *edits.ops.include]
+        op_dtypes = [d for op in op_specs for d in op.dtypes or ()]
+        self.has_precision = any(d.precision for d in dtype_specs + op_dtypes)
+        self.has_force = any(spec.force_xfail for spec in dtype_specs + op_specs + op_dtypes)
+        self._dtype_cache: dict[tuple[str, tuple[str, ...]], bool] = {}
 
     def op_spec(self, names: Iterable[str]) -> OpSpec | None:
         for name in names:
@@ -69,6 +82,13 @@ class VariantFilter:
         return self.global_ops is None or any(name in self.global_ops for name in names)
 
     def dtype_allowed(self, dtype: str, op_names: tuple[str, ...] = ()) -> bool:
+        key = (dtype, op_names)
+        allowed = self._dtype_cache.get(key)
+        if allowed is None:
+            allowed = self._dtype_cache[key] = self._dtype_allowed(dtype, op_names)
+        return allowed
+
+    def _dtype_allowed(self, dtype: str, op_names: tuple[str, ...]) -> bool:
         if dtype in self.exclude_dtypes:
             return False
         if dtype in self.include_dtypes:
@@ -87,6 +107,8 @@ class VariantFilter:
 
     def tolerance(self, dtype: str, op_names: tuple[str, ...] = ()) -> Precision | None:
         """Most specific precision: the test's include, then the op's dtype, then global."""
+        if not self.has_precision:
+            return None
         if dtype in self.include_dtypes and self.include_dtypes[dtype].precision:
             return self.include_dtypes[dtype].precision
         spec = self.op_spec(op_names) if op_names else None
@@ -98,6 +120,8 @@ class VariantFilter:
         return None
 
     def forced_xfail(self, dtypes: Iterable[str], op_names: tuple[str, ...] = ()) -> str | None:
+        if not self.has_force:
+            return None
         spec = self.op_spec(op_names) if op_names else None
         if spec is not None and spec.force_xfail:
             return f"op {spec.name} has force_xfail ({spec.pos})"
@@ -203,8 +227,9 @@ class Rules:
                 )
                 rules.entries.append(entry)
 
-    def for_file(self, path: str | os.PathLike[str]) -> FileRules | None:
-        return self._by_file.get(os.path.realpath(path))
+    def for_file(self, path: str | os.PathLike[str], resolved: bool = False) -> FileRules | None:
+        """The rules of a test file; ``resolved``: the path is already a real path."""
+        return self._by_file.get(path if resolved else os.path.realpath(path))  # type: ignore[arg-type]
 
     def lists_file(self, path: str | os.PathLike[str]) -> bool:
         return os.path.realpath(path) in self._by_file

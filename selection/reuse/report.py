@@ -19,6 +19,8 @@ from typing import Any
 
 import pytest
 
+from .marking import marker_names
+
 OUTCOME_ORDER = (
     "passed",
     "failed",
@@ -35,24 +37,12 @@ MESSAGE_LIMIT = 4000
 TIMEOUT_MARK = "crcr: test timed out after"
 
 
-def properties_for(meta: dict[str, Any]) -> list[tuple[str, str]]:
-    """The user properties of one collected test (strings only, for JUnit)."""
-    props = [(key, meta[key]) for key in ("op", "dtype", "module") if meta.get(key)]
-    props += [
-        ("mode", meta["mode"]),
-        ("crcr_test", meta["test"]),
-        ("crcr_markers", " ".join(meta["markers"])),
-        ("crcr_entry", json.dumps(meta["entry"]) if meta["entry"] else ""),
-        ("crcr_reason", meta["reason"]),
-    ]
-    return [(key, str(value)) for key, value in props]
-
-
 class JsonReport:
     """Collects one record per test from reports; writes the stream and the final file."""
 
-    def __init__(self, path: str | None):
+    def __init__(self, path: str | None, labels: tuple[str, ...] = ()):
         self.path = Path(path) if path else None
+        self.labels = labels
         self.records: dict[str, dict[str, Any]] = {}
         self.started = time.time()
         self._stream = None
@@ -71,7 +61,10 @@ class JsonReport:
     def add(self, report: pytest.TestReport) -> None:
         record = self.records.get(report.nodeid)
         if record is None:
-            record = self.records[report.nodeid] = _new_record(report)
+            record = _from_properties(
+                _empty_record(report.nodeid), dict(report.user_properties), self.labels
+            )
+            self.records[report.nodeid] = record
         record["duration"] = round(record["duration"] + report.duration, 6)
         outcome = _phase_outcome(report)
         if outcome is not None and _overrides(record["outcome"], outcome, report.when):
@@ -82,7 +75,7 @@ class JsonReport:
 
     def collected(self, nodeid: str, user_properties: list[tuple[str, Any]]) -> None:
         """A record for a test of a --collect-only run (outcome "collected")."""
-        record = _from_properties(_empty_record(nodeid), dict(user_properties))
+        record = _from_properties(_empty_record(nodeid), dict(user_properties), self.labels)
         record["outcome"] = "collected"
         self.records[nodeid] = record
 
@@ -129,14 +122,17 @@ def _empty_record(nodeid: str) -> dict[str, Any]:
     }
 
 
-def _new_record(report: pytest.TestReport) -> dict[str, Any]:
-    return _from_properties(_empty_record(report.nodeid), dict(report.user_properties))
-
-
-def _from_properties(record: dict[str, Any], props: dict[str, Any]) -> dict[str, Any]:
+def _from_properties(
+    record: dict[str, Any], props: dict[str, Any], labels: tuple[str, ...]
+) -> dict[str, Any]:
+    dtypes = tuple(props["dtype"].split(",")) if props.get("dtype") else ()
+    tags = tuple(props.get("crcr_tags", "").split())
+    markers = marker_names(
+        props.get("op"), dtypes, props.get("module"), tags, labels, props.get("mode", "")
+    )
     record.update(
         test=props.get("crcr_test"),
-        markers=props.get("crcr_markers", "").split(),
+        markers=markers if props.get("mode") else [],
         op=props.get("op"),
         dtype=props.get("dtype"),
         module=props.get("module"),

@@ -16,16 +16,18 @@ import json
 import os
 from collections import Counter, defaultdict
 from collections.abc import Generator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from .loader import ConfigError, load_configs
+from .marking import Marking
 from .matching import Decision, Rules
-from .report import JsonReport, properties_for, summary_lines
-from .schema import marker_safe
+from .report import JsonReport, summary_lines
 from .sharding import ShardFilter, normalize_class
+from .testtree import DEVICE_SUFFIX as DEVICE_CLASS
 from .timeouts import time_limit
 
 ENV_DEVICE = "CRCR_REUSE_DEVICE"
@@ -45,6 +47,17 @@ def is_xdist_controller(namespace: argparse.Namespace) -> bool:
     return bool(workers) and "PYTEST_XDIST_WORKER" not in os.environ
 
 
+@dataclass(slots=True)
+class Target:
+    """One collected test as the config sees it (transient: built and used per item)."""
+
+    path: str
+    decision: Decision
+    test: str
+    variant: tuple[str | None, tuple[str, ...], str | None] = (None, (), None)
+    forced: str | None = None
+
+
 class ReuseSession:
     def __init__(self, namespace: argparse.Namespace, rules: Rules | None, device: str):
         self.namespace = namespace
@@ -60,6 +73,7 @@ class ReuseSession:
         self.worker_stats: dict[str, Any] = {}
         self.missing_ids: list[str] = []
         self.deselected_per_file: Counter[str] = Counter()
+        self._realpaths: dict[str, str] = {}
 
     @classmethod
     def start(cls, namespace: argparse.Namespace) -> ReuseSession:
@@ -107,7 +121,8 @@ class ReuseSession:
         for line in MARKER_HELP:
             config.addinivalue_line("markers", line)
         if not hasattr(config, "workerinput"):
-            self.report = JsonReport(self.namespace.reuse_json)
+            labels = self.rules.config.labels if self.rules else ()
+            self.report = JsonReport(self.namespace.reuse_json, labels)
 
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
         lines = [
@@ -136,21 +151,22 @@ class ReuseSession:
     ) -> None:
         if self.rules is None:
             return
+        marking = Marking(self.rules.config.labels)
         kept, by_config, by_shard, seen = [], [], [], set()
         for item in items:
-            meta = self._meta(item)
-            if meta is None or meta["mode"] == "skip":
+            target = self._target(item)
+            if target is None or marking.mode(target.decision, target.forced) == "skip":
                 by_config.append(item)
-                self.deselected_per_file[os.path.realpath(item.path)] += 1
+                self.deselected_per_file[target.path if target else str(item.path)] += 1
                 continue
-            key = (meta["file"], normalize_class(meta["class"] or ""), item.name)
-            if self.shard is not None and not self.shard.wants(
-                meta["file"], meta["class"], item.name
-            ):
-                by_shard.append(item)
-                continue
-            seen.add(key)
-            self._apply(item, meta)
+            if self.shard is not None:
+                cls = getattr(item, "cls", None)
+                cls_name = cls.__name__ if cls is not None else None
+                if not self.shard.wants(target.path, cls_name, item.name):
+                    by_shard.append(item)
+                    continue
+                seen.add((target.path, normalize_class(cls_name or ""), item.name))
+            marking.apply(item, target.decision, target.test, target.variant, target.forced)
             kept.append(item)
         if by_config or by_shard:
             config.hook.pytest_deselected(items=by_config + by_shard)
@@ -159,73 +175,39 @@ class ReuseSession:
         if self.shard is not None:
             self.missing_ids = self.shard.found(seen)
 
-    def _meta(self, item: pytest.Item) -> dict[str, Any] | None:
-        """Everything the config says about one collected test, or None if unlisted file."""
+    def _target(self, item: pytest.Item) -> Target | None:
+        """What the config says about one collected test; None for a file it does not list."""
+        path = self._realpath(item.path)
+        file_rules = self.rules.for_file(path, resolved=True) if self.rules else None
+        if file_rules is None:
+            return None
         fn = _function(item)
-        variant_meta = getattr(fn, "_crcr_meta", None)
-        if variant_meta is not None:
-            decision = variant_meta.decision
-            meta = {
-                "file": variant_meta.file,
-                "generic_class": variant_meta.generic_class,
-                "test": f"{variant_meta.file}::{variant_meta.generic_class}::{variant_meta.generic_test}",
-                "op": variant_meta.op,
-                "op_name": variant_meta.op.split(".")[0] if variant_meta.op else None,
-                "dtype": ",".join(variant_meta.dtypes) or None,
-                "dtypes": variant_meta.dtypes,
-                "module": variant_meta.module,
-                "forced_xfail": variant_meta.forced_xfail,
-            }
-        else:
-            path = os.path.realpath(item.path)
-            file_rules = self.rules.for_file(path) if self.rules else None
-            if file_rules is None:
-                return None
-            cls = getattr(item, "cls", None)
-            cls_name = cls.__name__ if cls is not None else None
-            decision = file_rules.decide(cls_name, getattr(fn, "__name__", item.name))
-            meta = {"file": path, "generic_class": cls_name, "op": None, "op_name": None, "dtype": None,
-                    "dtypes": (), "module": None, "forced_xfail": None,
-                    "test": f"{path}::{cls_name}::{getattr(fn, '__name__', item.name)}" if cls_name else f"{path}::{item.name}"}  # fmt: skip
-        cls = getattr(item, "cls", None)
-        meta["class"] = cls.__name__ if cls is not None else None
-        return self._with_decision(meta, decision)
+        generic = _generic_class(getattr(item, "cls", None))
+        name = getattr(fn, "__name__", item.name)  # the generic name (functools.wraps)
+        decision = file_rules.decide(generic, name)
+        test = f"{path}::{generic}::{name}" if generic else f"{path}::{name}"
+        params = _param_kwargs(fn)
+        if not params:
+            return Target(path, decision, test)
+        op, module = params.get("op"), params.get("module_info")
+        dtypes = tuple(
+            dtype_name(d) for d in _flat(params.get("dtype", params.get("dtypes"))) if d is not None
+        )
+        op_names = (op.name, op.full_name) if op is not None else ()
+        variant = (
+            op.full_name if op is not None else None,
+            dtypes,
+            f"torch.{module.name}" if module is not None else None,
+        )
+        forced = decision.filters.forced_xfail(dtypes, op_names)
+        return Target(path, decision, test, variant, forced)
 
-    def _with_decision(self, meta: dict[str, Any], decision: Decision) -> dict[str, Any]:
-        mode, reason = decision.mode, decision.reason
-        if meta["forced_xfail"] and mode == "mandatory_success":
-            mode, reason = "xfail", meta["forced_xfail"]
-        meta.update(mode=mode, reason=reason, entry=decision.entry_ref(), tags=decision.tags)
-        meta["markers"] = self._markers(meta)
-        return meta
-
-    def _markers(self, meta: dict[str, Any]) -> list[str]:
-        markers = []
-        if meta["op"]:
-            markers.append(f"op__{marker_safe(meta['op_name'])}")
-            if meta["op"] != meta["op_name"]:
-                markers.append(f"op__{marker_safe(meta['op'])}")
-        markers += [f"dtype__{dtype}" for dtype in dict.fromkeys(meta["dtypes"])]
-        if meta["module"]:
-            markers.append(f"module__{marker_safe(meta['module'])}")
-        markers += list(meta["tags"])
-        labels = self.rules.config.labels if self.rules else ()
-        markers += [f"testtype__{label}" for label in labels]
-        markers.append(f"mode__{meta['mode']}")
-        return markers
-
-    def _apply(self, item: pytest.Item, meta: dict[str, Any]) -> None:
-        for name in meta["markers"]:
-            # Built directly: the names are dynamic, so --strict-markers must not see them.
-            item.add_marker(
-                pytest.MarkDecorator(pytest.Mark(name, (), {}, _ispytest=True), _ispytest=True)
-            )
-        if meta["mode"] in ("xfail", "xfail_strict"):
-            strict = meta["mode"] == "xfail_strict"
-            item.add_marker(
-                pytest.mark.xfail(reason=f"crcr config: {meta['reason']}", strict=strict)
-            )
-        item.user_properties.extend(properties_for(meta))
+    def _realpath(self, path: Any) -> str:
+        key = str(path)
+        found = self._realpaths.get(key)
+        if found is None:
+            found = self._realpaths[key] = os.path.realpath(key)
+        return found
 
     # -- running ------------------------------------------------------------------
 
@@ -235,7 +217,7 @@ class ReuseSession:
             return (yield)
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
-        if self.report is not None and session.config.option.collectonly:
+        if self.report is not None and self.report.path and session.config.option.collectonly:
             for item in session.items:
                 self.report.collected(item.nodeid, item.user_properties)
 
@@ -301,7 +283,40 @@ def _function(item: pytest.Item) -> Any:
     cls = getattr(item, "cls", None)
     name = getattr(item, "originalname", None) or item.name
     if cls is not None:
-        found = inspect.getattr_static(cls, name, None)
+        found = cls.__dict__.get(name)
+        if found is None:
+            found = inspect.getattr_static(cls, name, None)
         if found is not None:
             return found
     return getattr(item, "function", None)
+
+
+def _generic_class(cls: Any) -> str | None:
+    """The generic class of a device class (``TestFooPRIVATEUSEONE`` -> ``TestFoo``)."""
+    if cls is None:
+        return None
+    if DEVICE_CLASS.search(cls.__name__) and len(cls.__bases__) >= 2:
+        return str(cls.__bases__[1].__name__)
+    return str(cls.__name__)
+
+
+def _param_kwargs(fn: Any) -> dict[str, Any]:
+    """torch's param_kwargs of a generated test (device, dtype, op, module_info, ...)."""
+    defaults = getattr(fn, "__defaults__", None)
+    if defaults and isinstance(defaults[0], dict):
+        return defaults[0]
+    return {}
+
+
+def _flat(value: Any) -> tuple[Any, ...]:
+    return tuple(value) if isinstance(value, (list, tuple)) else (value,)
+
+
+_DTYPE_NAMES: dict[Any, str] = {}
+
+
+def dtype_name(dtype: Any) -> str:
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        name = _DTYPE_NAMES[dtype] = str(dtype).removeprefix("torch.")
+    return name

@@ -1,0 +1,124 @@
+"""What a collected test carries: markers, an xfail mark, user properties — shared, not copied.
+
+A test's marks come in two parts: one from its decision (mode, tags, labels,
+config entry; shared by every variant of a generic test) and one from its
+variant (op, dtypes, module; shared by every test with the same variant). Both
+parts are built once and their mark objects and property tuples are reused, so
+thousands of variants cost collection neither time nor memory.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from .matching import Decision
+from .schema import marker_safe
+
+Property = tuple[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class Part:
+    mode: str
+    decorators: tuple[pytest.MarkDecorator, ...]
+    properties: tuple[Property, ...]
+
+
+def marker_names(
+    op: str | None,
+    dtypes: tuple[str, ...],
+    module: str | None,
+    tags: tuple[str, ...],
+    labels: tuple[str, ...],
+    mode: str,
+) -> list[str]:
+    """Every marker of a test, in the order the report lists them."""
+    names = []
+    if op:
+        base = op.split(".")[0]
+        names.append(f"op__{marker_safe(base)}")
+        if op != base:
+            names.append(f"op__{marker_safe(op)}")
+    names += [f"dtype__{dtype}" for dtype in dict.fromkeys(dtypes)]
+    if module:
+        names.append(f"module__{marker_safe(module)}")
+    names += list(tags) + [f"testtype__{label}" for label in labels] + [f"mode__{mode}"]
+    return names
+
+
+class Marking:
+    def __init__(self, labels: tuple[str, ...]):
+        self.labels = labels
+        self._decision_parts: dict[tuple[int, str | None], Part] = {}
+        self._variant_parts: dict[tuple[Any, ...], Part] = {}
+        self._marks: dict[str, pytest.MarkDecorator] = {}
+
+    def apply(
+        self,
+        item: pytest.Item,
+        decision: Decision,
+        test: str,
+        variant: tuple[str | None, tuple[str, ...], str | None] = (None, (), None),
+        forced: str | None = None,
+    ) -> str:
+        """Mark ``item``; return its mode. ``variant``: (op full name, dtypes, module)."""
+        first = self._decision_part(decision, test, forced)
+        second = self._variant_part(variant)
+        for decorator in first.decorators + second.decorators:
+            item.add_marker(decorator)
+        item.user_properties.extend(second.properties + first.properties)
+        return first.mode
+
+    def mode(self, decision: Decision, forced: str | None = None) -> str:
+        return "xfail" if forced and decision.mode == "mandatory_success" else decision.mode
+
+    def _decision_part(self, decision: Decision, test: str, forced: str | None) -> Part:
+        key = (id(decision), forced)
+        part = self._decision_parts.get(key)
+        if part is None:
+            mode = self.mode(decision, forced)
+            reason = forced if mode != decision.mode and forced else decision.reason
+            names = list(decision.tags) + [f"testtype__{label}" for label in self.labels]
+            decorators = [self._mark(name) for name in names + [f"mode__{mode}"]]
+            if mode in ("xfail", "xfail_strict"):
+                decorators.append(
+                    pytest.mark.xfail(
+                        reason=f"crcr config: {reason}", strict=mode == "xfail_strict"
+                    )
+                )
+            entry = decision.entry_ref()
+            properties = (
+                ("mode", mode),
+                ("crcr_test", test),
+                ("crcr_tags", " ".join(decision.tags)),
+                ("crcr_entry", json.dumps(entry) if entry else ""),
+                ("crcr_reason", reason),
+            )
+            part = self._decision_parts[key] = Part(mode, tuple(decorators), properties)
+        return part
+
+    def _variant_part(self, variant: tuple[str | None, tuple[str, ...], str | None]) -> Part:
+        part = self._variant_parts.get(variant)
+        if part is None:
+            op, dtypes, module = variant
+            names = marker_names(op, dtypes, module, (), (), "")[:-1]  # without the mode marker
+            properties = [
+                (key, value)
+                for key, value in (("op", op), ("dtype", ",".join(dtypes)), ("module", module))
+                if value
+            ]
+            part = Part("", tuple(self._mark(name) for name in names), tuple(properties))  # type: ignore[arg-type]
+            self._variant_parts[variant] = part
+        return part
+
+    def _mark(self, name: str) -> pytest.MarkDecorator:
+        decorator = self._marks.get(name)
+        if decorator is None:
+            # Built directly: the names are dynamic, so --strict-markers must not see them.
+            mark = pytest.Mark(name, (), {}, _ispytest=True)
+            decorator = self._marks[name] = pytest.MarkDecorator(mark, _ispytest=True)
+        return decorator
