@@ -1,0 +1,137 @@
+"""Bisect finds the upstream commit that broke a test, or stops saying why."""
+
+from datetime import timedelta
+
+import pytest
+from django.conf import settings as django_settings
+
+from reproducibility import bisect
+from reproducibility.models import Bisection
+from runs import executor
+from tests.factories import make_backend, make_config, make_user
+from tests.reproducibility.builders import add_result, make_run
+from tests.upstream_git import UpstreamRepo
+
+pytestmark = pytest.mark.django_db
+
+NODE = "test/test_tiny.py::TestTinyPRIVATEUSE1::test_add_privateuseone"
+CONFIG = """test_suite_config:
+  files:
+    - path: ${TORCH_ROOT}/test/test_tiny.py
+      unlisted_test_mode: mandatory_success
+"""
+TINY_TEST = """# An upstream-style device-type test, as PyTorch writes them.
+import torch
+from torch.testing._internal.common_device_type import instantiate_device_type_tests
+from torch.testing._internal.common_utils import TestCase, run_tests
+
+
+class TestTiny(TestCase):
+    def test_add(self, device):
+        x = torch.ones(3, device=device)
+        self.assertEqual((x + x).cpu(), torch.full((3,), EXPECTED))
+
+
+instantiate_device_type_tests(TestTiny, globals())
+
+if __name__ == "__main__":
+    run_tests()
+"""
+
+
+def tiny_test(expected: str) -> str:
+    return TINY_TEST.replace("EXPECTED", expected)
+
+
+@pytest.fixture
+def upstream(tmp_path, settings) -> dict[str, str]:
+    """good, five commits after it, the third of which breaks test_add; bad is the last."""
+    repo = UpstreamRepo(tmp_path / "pytorch")
+    shas = {"good": repo.commit("main", "Add a tiny test (#1)", {
+        "pytest.ini": "[pytest]\n", "test/test_tiny.py": tiny_test("2.0")})}  # fmt: skip
+    for n, message in enumerate(["Docs (#2)", "Refactor (#3)", "Change add's expectation (#4)",
+                                 "More docs (#5)", "Bump version (#6)"]):  # fmt: skip
+        files = {"test/test_tiny.py": tiny_test("3.0")} if "expectation" in message else None
+        shas[f"c{n + 1}"] = repo.commit("main", message, files)
+    shas["planted"], shas["bad"] = shas["c3"], shas["c5"]
+    settings.CRCR_TORCH_ROOT = repo.path
+    settings.CRCR_UPSTREAM = f"git:{repo.path}"
+    settings.MEDIA_ROOT = str(tmp_path / "storage")
+    settings.CRCR_BUILD_COMMAND = None
+    return shas
+
+
+def green_and_red(shas: dict[str, str], config_text: str = CONFIG):
+    backend = make_backend("acme")
+    config = make_config(backend, CONFIG)
+    good = make_run(backend, config, shas["good"], "passed")
+    bad_config = config if config_text == CONFIG else make_config(backend, config_text)
+    bad = make_run(backend, bad_config, shas["bad"], "failed")
+    bad.created_at = good.created_at + timedelta(hours=1)
+    bad.save()
+    add_result(good, NODE, ["passed"])
+    add_result(bad, NODE, ["failed"], "numerical_mismatch", "regression")
+    return good, bad
+
+
+def test_bisect_finds_the_planted_commit_and_shows_its_steps(upstream, client):
+    good, bad = green_and_red(upstream)
+    bisection = bisect.start(bad, user=make_user("rita", role="reviewer"))
+    assert bisection.status == Bisection.Status.QUEUED and bisection.test_ids == [NODE]
+    bisect.run(bisection.pk)
+    bisection.refresh_from_db()
+    assert bisection.status == Bisection.Status.FOUND, bisection.message
+    assert bisection.first_bad_sha == upstream["planted"]
+    assert bisection.commits == [upstream[f"c{n}"] for n in range(1, 6)]
+    tested = [step for step in bisection.steps if step["tested"]]
+    assert [(s["sha"], s["verdict"]) for s in tested] == [
+        (upstream["c2"], "good"),
+        (upstream["planted"], "bad"),
+    ]
+    assert tested[1]["outcomes"] == {NODE: "failed"}
+    assert "Change add's expectation (#4)" in bisection.message
+    client.force_login(make_user("vera"))
+    page = client.get(f"/bisections/{bisection.uuid}/").content.decode()
+    assert f"<code>{upstream['planted']}</code>" in page and "first bad" in page
+    assert "Change add&#x27;s expectation (#4)" in page and "3 of 5" in page
+    polled = client.get(f"/bisections/{bisection.uuid}/", HTTP_HX_REQUEST="true")
+    assert polled.status_code == 286  # finished: htmx stops polling
+
+
+def test_without_a_git_checkout_commits_cannot_be_built_and_the_bisect_stops(upstream, settings):
+    settings.CRCR_TORCH_ROOT = django_settings.BASE_DIR / "tests" / "upstream"
+    _, bad = green_and_red(upstream)
+    bisection = bisect.run(bisect.start(bad).pk)
+    assert bisection.status == Bisection.Status.STOPPED and bisection.first_bad_sha == ""
+    assert "cannot be built here" in bisection.message
+    assert "is not a git checkout" in bisection.message
+
+
+def test_a_commit_the_test_tree_cannot_check_out_stops_the_bisect(upstream, tmp_path, settings):
+    settings.CRCR_TORCH_ROOT = UpstreamRepo(tmp_path / "unrelated-clone").path
+    _, bad = green_and_red(upstream)
+    bisection = bisect.run(bisect.start(bad).pk)
+    assert bisection.status == Bisection.Status.STOPPED
+    assert f"commit {upstream['c2'][:12]} cannot be built here" in bisection.message
+
+
+def test_runs_that_differ_in_more_than_the_pytorch_sha_are_not_bisected(upstream):
+    _, bad = green_and_red(upstream, CONFIG + "# another config version\n")
+    with pytest.raises(bisect.BisectError, match="config version as well as the PyTorch SHA"):
+        bisect.start(bad)
+    assert not Bisection.objects.exists()
+
+
+def test_a_test_missing_or_skipped_at_a_commit_is_neither_good_nor_bad():
+    absent = executor.TestRecord(NODE, "error", message="not collected: unknown test id")
+    assert bisect.judge("f" * 40, [absent])[0] == "unknown"
+    assert bisect.judge("f" * 40, [executor.TestRecord(NODE, "skipped")])[0] == "unknown"
+    assert bisect.judge("f" * 40, [executor.TestRecord(NODE, "crashed")])[0] == "bad"
+    assert bisect.judge("f" * 40, [executor.TestRecord(NODE, "passed")])[0] == "good"
+
+
+def test_a_redelivered_bisection_task_does_nothing(upstream):
+    _, bad = green_and_red(upstream)
+    bisection = bisect.start(bad)
+    Bisection.objects.filter(pk=bisection.pk).update(status=Bisection.Status.RUNNING)
+    assert bisect.run(bisection.pk) is None
