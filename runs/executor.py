@@ -30,6 +30,9 @@ from selection.reuse.sharding import normalize_class
 FAILING = ("failed", "error")
 EXIT_OK = (0, 1, 5)
 WATCH_INTERVAL = 0.5
+# A process run for one test still imports torch's test machinery first (~10 s, far
+# more on a loaded host); the hang watchdog, not this allowance, bounds the test.
+STARTUP_SECONDS = 300
 PR_SET_PDEATHSIG = 1  # all passed, some failed, none collected: pytest ended normally
 
 
@@ -121,7 +124,7 @@ class Executor:
 
     def _pin(self, node_id: str) -> TestRecord:
         """Re-run a suspected crash or hang alone; its own outcome there is the verdict."""
-        alone = self.run_pytest([node_id], self.spec.test_timeout)
+        alone = self.run_pytest([node_id], self.spec.test_timeout + STARTUP_SECONDS)
         if node_id in alone.records:
             return alone.records[node_id]
         if alone.timed_out:
@@ -136,7 +139,7 @@ class Executor:
     def _retry(self, first: TestRecord) -> list[TestRecord]:
         attempts = []
         for attempt in range(2, self.spec.max_attempts + 1):
-            process = self.run_pytest([first.node_id], self.spec.test_timeout)
+            process = self.run_pytest([first.node_id], self.spec.test_timeout + STARTUP_SECONDS)
             record = process.records.get(first.node_id) or TestRecord(
                 first.node_id,
                 "timed_out" if process.timed_out else "crashed",

@@ -103,13 +103,19 @@ def job_started(run: Run, shard: Shard | None = None) -> None:
 
 
 def run_finished(run: Run) -> None:
-    """The run ended: `completed` for its job, or for each shard's job."""
+    """The run ended: `completed` for its job, or for each shard's job. A job that never
+    announced itself (the run ended before it started) gets its in_progress first."""
     if not _enabled(run):
         return
-    if run.backend.relay_mode == Backend.RelayMode.PER_JOB and not _self_reported(run):
-        for shard in run.shards.all():
+    shards = list(run.shards.all())
+    if _self_reported(run):
+        _queue(run, T.COMPLETED, None, _completed_body(run, None))
+    elif run.backend.relay_mode == Backend.RelayMode.PER_JOB and shards:
+        for shard in shards:
+            _queue(run, T.IN_PROGRESS, shard, _body(run, shard, "in_progress"))
             _queue(run, T.COMPLETED, shard, _completed_body(run, shard))
     else:
+        _queue(run, T.IN_PROGRESS, None, _body(run, None, "in_progress"))
         _queue(run, T.COMPLETED, None, _completed_body(run, None))
 
 

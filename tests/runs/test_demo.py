@@ -14,9 +14,7 @@ def test_the_demo_feeds_a_merged_pr_through_the_intake_once(
     # An empty test tree: the run is created and planned, and ends at once.
     settings.CRCR_TORCH_ROOT = tmp_path / "no-tests"
     call_command("demo")
-    run = wait_for(
-        lambda: Run.objects.filter(status__in=Run.FINISHED).first(), what="the demo run"
-    )
+    run = wait_for(lambda: Run.objects.filter(status__in=Run.FINISHED).first(), what="the demo run")
     dispatch = Dispatch.objects.get()
     assert dispatch.verdict == "accepted"
     assert "PR #160000 merged into main" in dispatch.verdict_reason

@@ -152,3 +152,26 @@ def test_a_nightly_run_self_reports_one_completed(relayed_backend, simulator, ce
     assert [(k.delivery_id, s) for k, s, _ in simulator.accepted] == [("c" * 40, "completed")]
     body = simulator.accepted[0].body
     assert body["event_type"] == "nightly" and body["workflow"]["conclusion"] == "success"
+
+
+def test_a_run_that_ended_before_it_started_still_announces_its_job(
+    relayed_backend, simulator, celery_worker
+):
+    body = pr_dispatch(delivery_id=str(uuid.uuid4()))
+    simulator.dispatch(body["delivery_id"], REPO, body["payload"])
+    dispatch = Dispatch.objects.create(
+        backend=relayed_backend, delivery_id=body["delivery_id"], event_type="pull_request",
+        raw_body="{}", payload=body["payload"], verdict="accepted",
+    )  # fmt: skip
+    trigger = Trigger.objects.create(
+        backend=relayed_backend, kind="dispatch", dispatch=dispatch, pytorch_sha="e" * 40
+    )
+    run = Run.objects.create(
+        trigger=trigger, backend=relayed_backend, job_name="acme", backend_version="1",
+        pytorch_sha="e" * 40, test_suite_sha="e" * 40, status="error",
+        config_version=relayed_backend.config_versions.get(), error="collection failed",
+    )  # fmt: skip
+    relay.run_finished(run)  # as planning does when collection fails
+    wait_for(lambda: delivered(run), what="both callbacks")
+    assert jobs_in(simulator) == {"acme": ["in_progress", "completed"]}
+    assert simulator.accepted[1].body["workflow"]["conclusion"] == "cancelled"

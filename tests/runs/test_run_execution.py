@@ -11,11 +11,14 @@ import pytest
 
 from runs import planning, triggers
 from runs.executor import canonical
-from runs.models import Failure, Run, TestResult
+from runs.models import Dispatch, Failure, Run, TestResult
+from runs.relay_simulator import RelaySimulator
+from tests.dispatches import pr_dispatch
 from tests.factories import make_backend, make_config
 from tests.runs.treeconfig import TREE, tree_config
 from tests.waiting import wait_for
 
+REPO = "acme/torch-treerun"
 PLANTED = "test/test_planted_faults.py"
 FLAKY = "test_flaky_counter"
 
@@ -53,18 +56,35 @@ def finished_run(django_db_setup, django_db_blocker, celery_worker_session, tmp_
     storage = tmp_path_factory.mktemp("storage")
     old = settings.MEDIA_ROOT, settings.CRCR_TEST_TIMEOUT
     settings.MEDIA_ROOT, settings.CRCR_TEST_TIMEOUT = str(storage), 20
-    with django_db_blocker.unblock():
-        backend = make_backend("treerun")
+    token = tmp_path_factory.mktemp("relay") / "token"
+    token.write_text("s3cret")
+    with django_db_blocker.unblock(), RelaySimulator(token="s3cret", allowlist={REPO: "L2"}) as sim:
+        backend = make_backend(
+            "treerun", repository=REPO, relay_mode="per_job", relay_url=sim.url,
+            relay_token=f"file:{token}",
+        )  # fmt: skip
         make_config(backend, tree_config())
-        trigger = triggers.start_manual(backend, "a" * 40)
+        body = pr_dispatch()
+        sim.dispatch(body["delivery_id"], REPO, body["payload"])
+        dispatch = Dispatch.objects.create(
+            backend=backend, delivery_id=body["delivery_id"], event_type="pull_request",
+            raw_body="{}", payload=body["payload"], verdict="accepted",
+        )  # fmt: skip
+        trigger = triggers.start(backend, "dispatch", "a" * 40, dispatch=dispatch)
         run = wait_for(
             lambda: Run.objects.filter(trigger=trigger, status__in=Run.FINISHED).first(),
             timeout=900,
             what="the run to finish",
         )
+        wait_for(
+            lambda: not run.callbacks.exclude(status="delivered").exists(),
+            what="the callbacks",
+        )
+        run.relay_record = list(sim.accepted)
         yield run
         Run.objects.filter(pk=run.pk).delete()
         trigger.delete()
+        dispatch.delete()
         backend.config_versions.all().delete()
         backend.delete()
     settings.MEDIA_ROOT, settings.CRCR_TEST_TIMEOUT = old
@@ -140,3 +160,15 @@ def test_planning_stored_estimates_and_the_history_learned(finished_run):
     )
     assert TestDuration.objects.filter(device=finished_run.backend.device_module).count() > 50
     assert planning.workdir_for(finished_run).is_dir()
+
+
+def test_each_shard_is_a_hud_job_with_one_in_progress_then_one_completed(finished_run):
+    jobs: dict[str, list[str]] = {}
+    for key, status, body in finished_run.relay_record:
+        jobs.setdefault(key.job_name, []).append(status)
+        if status == "completed":
+            index = int(key.job_name.rsplit(" ", 1)[1])
+            shard = finished_run.shards.get(index=index)
+            assert body["workflow"]["test_results"] == shard.test_counts()
+    shards = finished_run.shards.count()
+    assert jobs == {f"treerun / shard {i}": ["in_progress", "completed"] for i in range(shards)}
