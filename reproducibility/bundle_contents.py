@@ -24,6 +24,7 @@ from django.core.files.storage import default_storage
 from reproducibility import attestation
 from reproducibility import metadata as run_metadata
 from reproducibility.models import Bundle
+from reproducibility.reproduce import tree_fingerprint
 from runs import planning
 
 RESULT_SUFFIXES = (".ids", ".junit.xml", ".progress.jsonl", ".log")
@@ -59,14 +60,6 @@ def copy_results(workdir: Path, target: Path) -> None:
             destination = target / source.relative_to(workdir)
             destination.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(source, destination)
-
-
-def tree_fingerprint(root: Path) -> str:
-    """The same hash as runs.combinations.test_suite_sha, over a given folder."""
-    digest = hashlib.sha1()
-    for source in sorted((root / "test").rglob("*.py")):
-        digest.update(str(source.relative_to(root)).encode() + b"\0" + source.read_bytes())
-    return digest.hexdigest()
 
 
 def copy_tree(meta: dict[str, Any], folder: Path) -> list[str]:

@@ -36,6 +36,7 @@ TORCH_TEST_SEED = 1234
 RUN_ENV_VARS = ("CRCR_REUSE_DEVICE", "PYTHONHASHSEED", "TORCH_ROOT")
 # pip freeze costs a second or two: a worker measures its host once per window.
 HOST_FACTS_SECONDS = 600
+BUNDLED_TREE = Path(settings.BASE_DIR) / "tests" / "upstream"
 _host_cache: dict[str, tuple[float, dict[str, Any]]] = {}
 
 
@@ -145,13 +146,15 @@ def plan_facts(run: Run) -> list[dict[str, Any]]:
 
 
 def tree_facts(run: Run) -> dict[str, Any]:
-    """Which test tree the run used: crcr's bundled one, or a checkout's worktree at the SHA."""
+    """Which test tree the run used: crcr's bundled one, a checkout at the SHA, or a folder."""
     root = Path(settings.CRCR_TORCH_ROOT)
     if (root / ".git").exists():
         worktree = Path(settings.MEDIA_ROOT) / "worktrees" / run.pytorch_sha
         return {"kind": "checkout", "repository": str(root), "sha": run.pytorch_sha,
                 "path": str(worktree)}  # fmt: skip
-    return {"kind": "bundled", "path": str(root), "fingerprint": run.test_suite_sha}
+    # crcr's own small tree travels in the bundle; another folder is only referenced.
+    kind = "bundled" if root.resolve() == BUNDLED_TREE.resolve() else "folder"
+    return {"kind": kind, "path": str(root), "fingerprint": run.test_suite_sha}
 
 
 def command_facts(run: Run, env: dict[str, str]) -> dict[str, Any]:

@@ -38,28 +38,26 @@ def _version(distribution: str) -> str:
         return ""
 
 
+def _output(command: list[str], timeout: float) -> str:
+    """A command's output; a failure is recorded as such rather than stopping the shard."""
+    try:
+        completed = subprocess.run(
+            command, capture_output=True, text=True, timeout=timeout, check=False
+        )
+    except (OSError, subprocess.SubprocessError) as error:
+        return f"# {command[0]} failed: {error}\n"
+    return completed.stdout
+
+
 def _cuda_driver() -> str:
     if shutil.which("nvidia-smi") is None:
         return ""
-    completed = subprocess.run(
-        ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
-    return completed.stdout.strip()
+    query = ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"]
+    return _output(query, 30).strip()[:100]
 
 
 def _pip_freeze() -> str:
-    completed = subprocess.run(
-        [sys.executable, "-m", "pip", "freeze", "--all"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    return completed.stdout
+    return _output([sys.executable, "-m", "pip", "freeze", "--all"], 120)
 
 
 def capture(backend_distribution: str = "") -> dict[str, Any]:

@@ -17,7 +17,8 @@ from runs.models import Failure, Run, TestResult
 HOST_ONLY_VARS = ("TORCH_ROOT", "TMPDIR")
 
 
-def metadata(run: Run) -> dict[str, Any]:
+def metadata(run: Run, with_attempts: bool = True) -> dict[str, Any]:
+    """The whole document; without attempts and failures for a page that lists its own."""
     run = Run.objects.select_related("backend", "trigger", "config_version").get(pk=run.pk)
     saved = RunRecord.objects.filter(run=run).first()
     record = (
@@ -47,8 +48,8 @@ def metadata(run: Run) -> dict[str, Any]:
         "shards": shard_facts(run),
         "environments": environments,
         "reproduce": {"env": replay_env(record, environments)},
-        "attempts": attempts(run),
-        "failures": failures(run),
+        "attempts": attempts(run) if with_attempts else [],
+        "failures": failures(run) if with_attempts else [],
     }
 
 

@@ -71,7 +71,7 @@ def outcome_counts(run: Run) -> dict[str, int]:
 
 def context(run: Run, outcome: str) -> dict[str, Any]:
     """Everything the reproducibility page shows."""
-    meta = run_metadata.metadata(run)
+    meta = run_metadata.metadata(run, with_attempts=False)
     columns = environment_columns(list(WorkerEnvironment.objects.of_run(run)))
     shown, matching = attempts(run, outcome)
     return {

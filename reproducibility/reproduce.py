@@ -139,21 +139,36 @@ def _git_head(tree: Path) -> str:
     return completed.stdout.strip()
 
 
+def tree_fingerprint(root: Path) -> str:
+    """SHA-1 over test/**/*.py names and contents (crcr's test suite identity for a folder)."""
+    digest = hashlib.sha1()
+    for source in sorted((root / "test").rglob("*.py")):
+        digest.update(str(source.relative_to(root)).encode() + b"\0" + source.read_bytes())
+    return digest.hexdigest()
+
+
 def resolve_tree(root: Path, meta: dict[str, Any], torch_root: str | None) -> Path:
-    """The folder that plays ${TORCH_ROOT}: the bundled tree, else a checkout at the SHA."""
+    """The folder that plays ${TORCH_ROOT}: the bundled tree, else the one the run used."""
     if (root / "tree" / "test").is_dir():
         return (root / "tree").resolve()
-    sha = meta["test_tree"].get("sha") or meta["run"]["pytorch_sha"]
+    recorded = meta["test_tree"]
     given = torch_root or os.environ.get("TORCH_ROOT")
     if not given:
-        raise BundleError(
-            f"this bundle references PyTorch's test tree at {sha}: pass --torch-root "
-            "(or set TORCH_ROOT to) a PyTorch checkout at that commit"
+        wanted = (
+            f"a PyTorch checkout at {recorded.get('sha')}"
+            if recorded.get("sha")
+            else (
+                f"the test tree at {recorded.get('path')} (fingerprint {recorded.get('fingerprint')})"
+            )
         )
+        raise BundleError(f"this bundle references its test tree: pass --torch-root {wanted}")
     tree = Path(given).resolve()
-    head = _git_head(tree)
-    if head != sha:
-        raise BundleError(f"{tree} is at {head or 'no git commit'}, but the run used {sha}")
+    if recorded.get("sha"):
+        head = _git_head(tree)
+        if head != recorded["sha"]:
+            raise BundleError(f"{tree} is at {head or 'no git commit'}, not {recorded['sha']}")
+    elif tree_fingerprint(tree) != recorded.get("fingerprint"):
+        raise BundleError(f"{tree} is not the test tree the run used (its fingerprint differs)")
     return tree
 
 

@@ -15,9 +15,8 @@ from django.utils import timezone
 
 from reproducibility import bundles
 from reproducibility.models import Bundle
-from runs.models import Shard
 from tests.factories import make_backend, make_config
-from tests.reproducibility.builders import MISMATCH, PASSING, make_run
+from tests.reproducibility.builders import MISMATCH, PASSING, add_result, make_artifact, make_run
 
 pytestmark = pytest.mark.django_db
 
@@ -172,11 +171,39 @@ def test_bundles_past_their_retention_are_pruned_and_others_kept(bundle, monkeyp
 
 def test_a_bundle_that_cannot_be_built_is_failed_with_the_reason(settings, tmp_path):
     settings.MEDIA_ROOT = str(tmp_path / "storage")
-    settings.CRCR_TORCH_ROOT = tmp_path / "no-such-tree"
     backend = make_backend("acme")
     run = make_run(backend, make_config(backend), status="failed")
-    Shard.objects.create(run=run, index=0, test_ids=[], status="done")
-    made = bundles.build(Bundle.objects.create(run=run).pk)
+    wheel = make_artifact("acme_device", "3" * 64, "backend")
+    wheel.file.save("acme_device-1.0-py3-none-any.whl", ContentFile(b"not what was registered"))
+    run.artifacts.set([wheel])
+    made = bundles.build(Bundle.objects.create(run=run, include_artifacts=True).pk)
     assert made.status == Bundle.Status.FAILED
-    assert "no-such-tree" in made.error
+    assert "artifact acme_device does not match its SHA-256" in made.error
     assert bundles.build(made.pk) is None  # a redelivered task finds it claimed
+
+
+def test_a_tree_outside_crcr_is_referenced_and_the_script_asks_for_it(settings, tmp_path):
+    import shutil
+
+    from django.conf import settings as django_settings
+
+    tree = tmp_path / "pytorch-tests"
+    shutil.copytree(django_settings.BASE_DIR / "tests" / "upstream", tree)
+    settings.CRCR_TORCH_ROOT = tree
+    settings.MEDIA_ROOT = str(tmp_path / "storage")
+    backend = make_backend("acme")
+    run = make_run(backend, make_config(backend), status="failed")
+    add_result(run, MISMATCH, ["failed"], "numerical_mismatch", "regression")
+    built = bundles.build(Bundle.objects.create(run=run).pk)
+    top = unpack(built, tmp_path / "fresh")
+    assert not (top / "tree").exists()
+    asked = subprocess.run(
+        [sys.executable, "reproduce", "--test", MISMATCH], cwd=top, capture_output=True, text=True
+    )
+    assert asked.returncode == 2 and "pass --torch-root the test tree at" in asked.stderr
+    (tree / "test" / "test_extra.py").write_text("def test_x(): pass\n")
+    other = subprocess.run(
+        [sys.executable, "reproduce", "--test", MISMATCH, "--torch-root", str(tree)],
+        cwd=top, capture_output=True, text=True,
+    )  # fmt: skip
+    assert other.returncode == 2 and "is not the test tree the run used" in other.stderr
