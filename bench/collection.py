@@ -67,7 +67,7 @@ def generated_config(files: list[Path], unlisted: str, every: int = 1) -> str:
                 f"          mode: {mode}",
             ]
             if index % 7 == 0:
-                lines.append("          edits: {dtypes: {exclude: [{name: complex32}]}}")
+                lines.append("          edits: {dtypes: {exclude: [{name: bits16}]}}")
             entries += 1
         while entries < PADDING_TO * (files.index(path) + 1) // len(files):
             lines += [
