@@ -8,6 +8,8 @@ from typing import Any
 
 from django.http import FileResponse
 from django.shortcuts import get_object_or_404
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema
 from rest_framework import status
 from rest_framework.authentication import TokenAuthentication
 from rest_framework.permissions import BasePermission, IsAuthenticated
@@ -50,6 +52,7 @@ def _refused(error: Exception) -> Response:
 class RecordAPI(TokenAPIView):
     """Everything recorded about a run (the bundle's metadata.json)."""
 
+    @extend_schema(responses={200: OpenApiTypes.OBJECT}, operation_id="run_record_retrieve")
     def get(self, request: Request, uuid: str) -> Response:
         return Response(run_metadata.metadata(access.run_for(uuid)))
 
@@ -57,16 +60,23 @@ class RecordAPI(TokenAPIView):
 class AttestationAPI(TokenAPIView):
     """The run's in-toto test-result statement (unsigned)."""
 
+    @extend_schema(responses={200: OpenApiTypes.OBJECT}, operation_id="run_attestation_retrieve")
     def get(self, request: Request, uuid: str) -> Response:
         return Response(attestation.statement(run_metadata.metadata(access.run_for(uuid))))
 
 
 class BundleListAPI(TokenAPIView):
+    @extend_schema(responses={200: BundleSerializer(many=True)}, operation_id="run_bundle_list")
     def get(self, request: Request, uuid: str) -> Response:
         run = access.run_for(uuid)
         rows = run.bundles.select_related("run").order_by("-created_at", "-pk")
         return Response(BundleSerializer(rows, many=True, context={"request": request}).data)
 
+    @extend_schema(
+        request=BundleRequestSerializer,
+        responses={202: BundleSerializer, 400: OpenApiTypes.OBJECT},
+        operation_id="run_bundle_create",
+    )
     def post(self, request: Request, uuid: str) -> Response:
         run = access.run_for(uuid)
         form = BundleRequestSerializer(data=request.data)
@@ -78,17 +88,27 @@ class BundleListAPI(TokenAPIView):
 
 
 class BundleDetailAPI(TokenAPIView):
+    @extend_schema(responses={200: BundleSerializer}, operation_id="run_bundle_retrieve")
     def get(self, request: Request, uuid: str, bundle_uuid: str) -> Response:
         bundle = access.bundle_for(access.run_for(uuid), bundle_uuid)
         return Response(BundleSerializer(bundle, context={"request": request}).data)
 
 
 class BundleDownloadAPI(TokenAPIView):
+    @extend_schema(
+        responses={(200, "application/gzip"): OpenApiTypes.BINARY},
+        operation_id="run_bundle_download",
+    )
     def get(self, request: Request, uuid: str, bundle_uuid: str) -> FileResponse:
         return serve(access.downloadable(access.run_for(uuid), bundle_uuid))
 
 
 class RerunCreateAPI(TokenAPIView):
+    @extend_schema(
+        request=None,
+        responses={202: RerunSerializer, 400: OpenApiTypes.OBJECT},
+        operation_id="run_bundle_rerun_create",
+    )
     def post(self, request: Request, uuid: str, bundle_uuid: str) -> Response:
         bundle = access.bundle_for(access.run_for(uuid), bundle_uuid)
         try:
@@ -99,12 +119,18 @@ class RerunCreateAPI(TokenAPIView):
 
 
 class RerunDetailAPI(TokenAPIView):
+    @extend_schema(responses={200: RerunSerializer}, operation_id="rerun_retrieve")
     def get(self, request: Request, uuid: str) -> Response:
         made = get_object_or_404(Rerun.objects.select_related("original", "run"), uuid=uuid)
         return Response(RerunSerializer(made, context={"request": request}).data)
 
 
 class BisectionCreateAPI(TokenAPIView):
+    @extend_schema(
+        request=None,
+        responses={202: BisectionSerializer, 400: OpenApiTypes.OBJECT},
+        operation_id="run_bisection_create",
+    )
     def post(self, request: Request, uuid: str) -> Response:
         try:
             bisection = bisect.start(access.run_for(uuid), user=request.user)
@@ -114,6 +140,7 @@ class BisectionCreateAPI(TokenAPIView):
 
 
 class BisectionDetailAPI(TokenAPIView):
+    @extend_schema(responses={200: BisectionSerializer}, operation_id="bisection_retrieve")
     def get(self, request: Request, uuid: str) -> Response:
         bisection = get_object_or_404(Bisection, uuid=uuid)
         return Response(BisectionSerializer(bisection, context={"request": request}).data)

@@ -133,3 +133,12 @@ def test_the_page_offers_the_attestation_as_a_download(client, run):
     response = client.get(f"/runs/{run.uuid}/reproducibility/attestation.json")
     assert response.status_code == 200 and "attachment" in response["Content-Disposition"]
     assert response.json()["_type"] == "https://in-toto.io/Statement/v1"
+
+
+def test_the_openapi_schema_describes_the_reproducibility_api(client):
+    token = make_token(make_user("ci-bot", role=None))
+    schema = client.get("/api/schema/", HTTP_AUTHORIZATION=f"Token {token}").content.decode()
+    for path in ("/api/runs/{uuid}/reproducibility/", "/api/runs/{uuid}/bundles/{bundle_uuid}/download/",
+                 "/api/runs/{uuid}/bisections/", "/api/reruns/{uuid}/"):  # fmt: skip
+        assert path in schema
+    assert "run_bundle_download" in schema
