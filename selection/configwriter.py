@@ -321,6 +321,18 @@ def standalone(parent: str, decisions: Iterable[Decision]) -> str:
     return "\n".join(out) + "\n"
 
 
+def every_test(parent: str, files: Sequence[str], mode: str = "mandatory_success") -> str:
+    """A config running every test of the files in one mode, with the parent's global section."""
+    lines = parent.splitlines()
+    document = YAML(typ="rt").load(parent) if parent.strip() else None
+    suite = document.get("test_suite_config") if isinstance(document, CommentedMap) else None
+    out = ["test_suite_config:", *_copied(suite, "labels", lines), "  files:"]
+    for path in files:
+        out += [f"    - path: {ROOT_TOKEN}{path}", f"      unlisted_test_mode: {mode}"]
+    out += _copied(suite, "global", lines)
+    return "\n".join(out) + "\n"
+
+
 def _copied(suite: Any, key: str, lines: list[str]) -> list[str]:
     """A key of the parent's suite mapping and its block, re-indented to two spaces."""
     if not isinstance(suite, CommentedMap) or key not in suite:

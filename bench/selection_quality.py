@@ -1,0 +1,179 @@
+"""Bench: how right the selection pipeline's proposals are, measured on the device.
+
+    .venv/bin/python bench/selection_quality.py [--op lgamma]
+
+On the bundled upstream-style tree (or $TORCH_ROOT) with the reference device
+(its default operator set, the tree's planted faults, a fresh flaky counter),
+in a throwaway SQLite database:
+1. the pipeline runs stages 1-4 for a reference backend (parent config: the
+   tree's `crcr-config.yaml`);
+2. ground truth: every test of the tree runs on the device, all as
+   `mandatory_success` under the same global section;
+3. verification: a config holding exactly the pipeline's decisions runs on the device.
+Printed, per generic test and per generated variant:
+- precision: of the tests proposed `mandatory_success`, the share that pass in
+  the verification run (target >= 99 %);
+- recall: of the tests that pass on the device in the ground truth, the share
+  proposed `mandatory_success` (target >= 90 %).
+Then use case A: enabling `--op` lists the tests waiting on it from the index,
+and the bench checks, with its own device runs, that the proposals are exactly
+the waiting tests that pass once the op is enabled (and fail without it).
+Exit status 1 when a target is missed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+SCRATCH = Path(tempfile.mkdtemp(prefix="crcr-quality-"))
+os.environ.pop("DATABASE_URL", None)
+os.environ.pop("CELERY_BROKER_URL", None)
+os.environ.update(
+    CRCR_VAR_DIR=str(SCRATCH), DEBUG="true", DJANGO_SETTINGS_MODULE="crcr_site.settings"
+)
+os.environ["CRCR_FLAKY_COUNTER"] = str(SCRATCH / "flaky-counter")
+PRECISION, RECALL = 0.99, 0.90
+
+import django  # noqa: E402
+
+django.setup()
+
+from django.core.management import call_command  # noqa: E402
+
+from runs.models import Backend  # noqa: E402
+from selection import configwriter, enabling, pipeline, refine  # noqa: E402
+from selection.capabilities import for_backend  # noqa: E402
+from selection.models import ConfigVersion, Proposal  # noqa: E402
+from selection.progress import Bar  # noqa: E402
+
+Key = tuple[str, str, str]
+
+
+def device_outcomes(tree: Path, text: str, backend: Backend, caps, tag: str):
+    """Per generic test: (all variants passed, passed variant ids, run variant ids)."""
+    records = refine.run_on_device(tree, text, backend.device_module, caps, SCRATCH / tag)
+    final: dict[str, refine.TestRecord] = {}
+    for record in sorted(records, key=lambda r: r.attempt):
+        final[record.node_id] = record
+    per_test: dict[Key, list[tuple[str, str, bool]]] = {}
+    for node_id, record in final.items():
+        key = refine.generic_key(record, tree, KNOWN)
+        flaky = any(r.node_id == node_id and r.attempt > 1 for r in records)
+        per_test.setdefault(key, []).append((node_id, record.outcome, flaky))
+    return per_test
+
+
+def passing(rows: list[tuple[str, str, bool]]) -> bool:
+    return bool(rows) and all(outcome == "passed" and not flaky for _, outcome, flaky in rows)
+
+
+KNOWN: list[Key] = []
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--op", default="lgamma", help="the operator use case A enables")
+    args = parser.parse_args()
+    started = time.monotonic()
+    tree = Path(os.environ.get("TORCH_ROOT") or ROOT / "tests" / "upstream").resolve()
+    call_command("migrate", verbosity=0)
+    parent = (
+        (tree / "crcr-config.yaml").read_text()
+        if (tree / "crcr-config.yaml").exists()
+        else ("test_suite_config:\n  files: []\n")
+    )
+    backend = Backend.objects.create(
+        slug="reference", name="Reference device", repository="crcr/reference",
+        device_module="selection.reuse.reference_device", extension_points=["eager"],
+        scope_preference="no autograd yet; skip distributed and compiled tests",
+    )  # fmt: skip
+    ConfigVersion.objects.create(
+        backend=backend, number=1, yaml_text=parent, sha256=ConfigVersion.hash_text(parent)
+    )
+    print(f"tree {tree}; scratch {SCRATCH}")
+    run = pipeline.run_for_backend(backend, tree, progress=Bar())
+    decisions = {tuple(d["test"].split("::")): d for d in run.summary["decisions"]}
+    KNOWN.extend(decisions)  # type: ignore[arg-type]
+    caps = for_backend(parent, backend.device_module)
+    print(f"\npipeline: {len(decisions)} decisions in {sum(run.summary['seconds'].values()):.0f} s")
+
+    files = sorted({key[0] for key in decisions} | set(run.summary["stage1"]["excluded"]))
+    truth = device_outcomes(tree, configwriter.every_test(parent, files), backend, caps, "truth")
+    chosen = [
+        configwriter.Decision(*key, mode=d["mode"], reason=d["reason"], edits=d["edits"])
+        for key, d in decisions.items()
+    ]
+    verified = device_outcomes(
+        tree, configwriter.standalone(parent, chosen), backend, caps, "verify"
+    )
+
+    mandatory = [key for key, d in decisions.items() if d["mode"] == "mandatory_success"]
+    good = [key for key in mandatory if passing(verified.get(key, []))]
+    passes = [key for key, rows in truth.items() if passing(rows)]
+    recalled = [key for key in passes if decisions.get(key, {}).get("mode") == "mandatory_success"]
+    precision = len(good) / len(mandatory) if mandatory else 1.0
+    recall = len(recalled) / len(passes) if passes else 1.0
+    # Variant level: node ids, device-suffix spelling normalised by the executor.
+    run_ids = {n for key in mandatory for n, _, _ in verified.get(key, [])}
+    ok_ids = {
+        n for key in mandatory for n, o, f in verified.get(key, []) if o == "passed" and not f
+    }
+    truth_ids = {n for rows in truth.values() for n, o, f in rows if o == "passed" and not f}
+    v_precision = len(ok_ids) / len(run_ids) if run_ids else 1.0
+    v_recall = len(truth_ids & run_ids) / len(truth_ids) if truth_ids else 1.0
+    print(
+        f"precision (generic tests): {len(good)}/{len(mandatory)} = {precision:.1%} (target >= {PRECISION:.0%})"
+    )
+    print(
+        f"recall    (generic tests): {len(recalled)}/{len(passes)} = {recall:.1%} (target >= {RECALL:.0%})"
+    )
+    print(f"precision (variants):      {len(ok_ids)}/{len(run_ids)} = {v_precision:.1%}")
+    print(
+        f"recall    (variants):      {len(truth_ids & run_ids)}/{len(truth_ids)} = {v_recall:.1%}"
+    )
+    for key in sorted(set(mandatory) - set(good)):
+        print(f"  proposed mandatory but fails: {'::'.join(key)} {verified.get(key)}")
+    for key in sorted(set(passes) - set(recalled)):
+        d = decisions.get(key, {})
+        print(
+            f"  passes but proposed {d.get('mode', 'nothing')}: {'::'.join(key)}: {d.get('reason', '')}"
+        )
+
+    exact = use_case_a(backend, tree, args.op, caps)
+    print(f"total {time.monotonic() - started:.0f} s")
+    return 0 if precision >= PRECISION and recall >= RECALL and exact else 1
+
+
+def use_case_a(backend: Backend, tree: Path, op: str, caps) -> bool:
+    enabled = enabling.enable_operator(backend, op, tree)
+    waiting = [tuple(t.split("::")) for t in enabled.summary["waiting"]]
+    proposed = {
+        (p.file_path, p.class_name, p.test_name)
+        for p in Proposal.objects.filter(selection_run=enabled)
+    } | {tuple(t.split("::")) for t in enabled.summary["passing"]}
+    decisions = [
+        configwriter.Decision(*k, mode="mandatory_success", reason="check") for k in waiting
+    ]
+    text = configwriter.standalone(pipeline.current_config(backend), decisions)
+    with_op = device_outcomes(tree, text, backend, caps.with_op(op), "with-op")
+    without = device_outcomes(tree, text, backend, caps, "without-op")
+    now_pass = {key for key in waiting if passing(with_op.get(key, []))}
+    failed_before = {key for key in waiting if not passing(without.get(key, []))}
+    exact = proposed == now_pass and failed_before == set(waiting)
+    print(
+        f"enable {op}: {len(waiting)} tests waiting on it (all failing without it: "
+        f"{failed_before == set(waiting)}), {len(now_pass)} pass with it, {len(proposed)} proposed; "
+        f"proposals == waiting tests that now pass: {proposed == now_pass}"
+    )
+    return exact
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
