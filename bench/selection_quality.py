@@ -77,6 +77,11 @@ def passing(rows: list[tuple[str, str, bool]]) -> bool:
 KNOWN: list[Key] = []
 
 
+def as_key(text: str) -> Key:
+    path, cls, name = text.split("::")
+    return (path, cls, name)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--op", default="lgamma", help="the operator use case A enables")
@@ -99,15 +104,15 @@ def main() -> int:
     )
     print(f"tree {tree}; scratch {SCRATCH}")
     run = pipeline.run_for_backend(backend, tree, progress=Bar())
-    decisions = {tuple(d["test"].split("::")): d for d in run.summary["decisions"]}
-    KNOWN.extend(decisions)  # type: ignore[arg-type]
+    decisions = {as_key(d["test"]): d for d in run.summary["decisions"]}
+    KNOWN.extend(decisions)
     caps = for_backend(parent, backend.device_module)
     print(f"\npipeline: {len(decisions)} decisions in {sum(run.summary['seconds'].values()):.0f} s")
 
     files = sorted({key[0] for key in decisions} | set(run.summary["stage1"]["excluded"]))
     truth = device_outcomes(tree, configwriter.every_test(parent, files), backend, caps, "truth")
     chosen = [
-        configwriter.Decision(*key, mode=d["mode"], reason=d["reason"], edits=d["edits"])
+        configwriter.Decision(key[0], key[1], key[2], d["mode"], d["reason"], d["edits"])
         for key, d in decisions.items()
     ]
     verified = device_outcomes(
@@ -153,7 +158,7 @@ def main() -> int:
 
 def use_case_a(backend: Backend, tree: Path, op: str, caps) -> bool:
     enabled = enabling.enable_operator(backend, op, tree)
-    waiting = [tuple(t.split("::")) for t in enabled.summary["waiting"]]
+    waiting = [as_key(t) for t in enabled.summary["waiting"]]
     proposed = {
         (p.file_path, p.class_name, p.test_name)
         for p in Proposal.objects.filter(selection_run=enabled)
