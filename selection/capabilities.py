@@ -96,13 +96,20 @@ def for_backend(config_text: str, device_module: str) -> Capabilities:
 
 def probe_device(device_module: str) -> dict[str, list[str]]:
     """Ask the device (in a subprocess: torch is imported there) which operators it runs.
-    Remembered per process for the module and the environment that shapes the device."""
+
+    Remembered in the process and on disk (under the storage root), keyed by the
+    module's file, the installed torch and the environment that shapes the device:
+    a new backend build or torch wheel is probed again."""
     shaping = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("CRCR_REFDEV")))
     return _probe_cached(device_module, shaping)
 
 
 @functools.lru_cache(maxsize=16)
 def _probe_cached(device_module: str, shaping: tuple[tuple[str, str], ...]) -> dict[str, list[str]]:
+    cache = Path(settings.MEDIA_ROOT) / "probes" / f"{_probe_key(device_module, shaping)}.json"
+    if cache.exists():
+        cached: dict[str, list[str]] = json.loads(cache.read_text())
+        return cached
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(settings.BASE_DIR), env.get("PYTHONPATH", "")])
     completed = subprocess.run(
@@ -118,7 +125,30 @@ def _probe_cached(device_module: str, shaping: tuple[tuple[str, str], ...]) -> d
             + completed.stderr[-2000:]
         )
     result: dict[str, list[str]] = json.loads(completed.stdout.strip().splitlines()[-1])
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    partial = cache.with_suffix(".tmp")
+    partial.write_text(json.dumps(result))
+    partial.replace(cache)
     return result
+
+
+def _probe_key(device_module: str, shaping: tuple[tuple[str, str], ...]) -> str:
+    import hashlib
+    import importlib.metadata
+    import importlib.util
+
+    spec = importlib.util.find_spec(device_module.split(".")[0])
+    origin = Path(spec.origin) if spec and spec.origin else None
+    stamp = ""
+    if origin is not None:
+        folder = origin.parent
+        stamp = str(max((p.stat().st_mtime_ns for p in folder.rglob("*.py")), default=0))
+    try:
+        torch_version = importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        torch_version = "?"
+    text = json.dumps([device_module, str(origin), stamp, torch_version, shaping])
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
 def device_env(capabilities: Capabilities, workdir: Path) -> dict[str, str]:
