@@ -116,13 +116,19 @@ def run_on_device(
         cwd=tree, env=env, capture_output=True, text=True, timeout=1800,
     )  # fmt: skip
     ids = [line for line in completed.stdout.splitlines() if "::" in line and " " not in line]
-    if completed.returncode not in (0, 5):
+    broken = collection_errors(completed.stdout)
+    if completed.returncode not in (0, 5) and not (ids or broken):
         tail = (completed.stdout + completed.stderr)[-3000:]
         raise DeviceRunError(
             f"collection on the device failed (exit {completed.returncode}):\n{tail}"
         )
+    # A file that does not even import on the device reports as one error per file.
+    records = [
+        TestRecord(path, "error", message=f"the file does not import on the device: {why}")
+        for path, why in broken.items()
+    ]
     if not ids:
-        return []
+        return records
     spec = ShardSpec(
         ids=ids,
         workdir=workdir / "shard",
@@ -137,7 +143,19 @@ def run_on_device(
     )
     watcher = _Watcher(spec.workdir, len(ids), progress)
     with watcher:
-        return Executor(spec, should_retry).run()
+        return records + Executor(spec, should_retry).run()
+
+
+def collection_errors(output: str) -> dict[str, str]:
+    """Files pytest could not collect, with the error's last line."""
+    errors: dict[str, str] = {}
+    for block in re.split(r"_{3,} ERROR collecting ", output)[1:]:
+        path = block.split(" ", 1)[0].strip()
+        lines = [
+            line.removeprefix("E").strip() for line in block.splitlines() if line.startswith("E ")
+        ]
+        errors[path] = lines[-1][:300] if lines else "collection error"
+    return errors
 
 
 def should_retry(record: TestRecord) -> bool:
@@ -219,6 +237,12 @@ def observe(
         attempts[record.node_id].append(record)
     observed: dict[Key, Observed] = defaultdict(Observed)
     for node_id, tries in attempts.items():
+        if "::" not in node_id:  # a whole file failed to import
+            for key in known:
+                if key[0] == node_id:
+                    observed[key].variants += 1
+                    observed[key].failures.append(_import_failure(tries[-1]))
+            continue
         tries.sort(key=lambda r: r.attempt)
         final = tries[-1]
         seen = observed[generic_key(final, tree, known)]
@@ -248,6 +272,13 @@ def observe(
                 }
             )
     return dict(observed)
+
+
+def _import_failure(record: TestRecord) -> dict[str, Any]:
+    return {
+        "node_id": record.node_id, "outcome": "error", "category": "test_error", "op": "",
+        "dtype": "", "opinfo": "", "line": record.message[:300], "message": record.message[-600:],
+    }  # fmt: skip
 
 
 def _last_line(text: str) -> str:
@@ -306,6 +337,8 @@ def _from_failures(mode: str, edits: dict[str, Any], seen: Observed) -> Correcti
     failures = seen.failures
     categories = {f["category"] for f in failures}
     first = failures[0]
+    if all(f["line"].startswith("the file does not import") for f in failures):
+        return Correction("skip", first["line"][:300])
     bad_opinfos = {f["opinfo"] for f in failures if f["opinfo"]}
     partial_opinfos = (
         bad_opinfos and len(bad_opinfos) < len(seen.opinfos) and all(f["opinfo"] for f in failures)
