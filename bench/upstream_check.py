@@ -191,7 +191,7 @@ def bar_one(root: Path, tmp: Path, failures: list[str]) -> None:
     skipped = re.search(r"skip: (\d+) not collected by the config", output)
     print(f"bar 1: summary line: {skipped.group(0) if skipped else 'missing'}")
     check(
-        bool(skipped) and int(skipped.group(1)) > 0,
+        skipped is not None and int(skipped.group(1)) > 0,
         "bar 1: the summary counts the skipped rest",
         failures,
     )

@@ -137,7 +137,7 @@ def _test_document(test: Any) -> dict[str, Any]:
     edits = {}
     for kind in ("dtypes", "ops", "modules"):
         selection = getattr(test.edits, kind)
-        convert = {
+        convert: Any = {
             "dtypes": _dtype_document,
             "ops": _op_document,
             "modules": lambda m: {"name": m.name},

@@ -149,7 +149,7 @@ class DeviceTypeHooks:
     ) -> None:
         path = _source_file(generic_cls)
         file_rules = self.rules.for_file(path) if path else None
-        if file_rules is None:
+        if path is None or file_rules is None:
             return  # a test file the config does not list: nothing is generated
         decision = file_rules.decide(generic_cls.__name__, name)
         if self.shard is not None and not self.shard.wants_generic(path, cls.__name__, name):

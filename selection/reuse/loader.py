@@ -464,4 +464,5 @@ class _Reader:
 
 
 def _shown(node: yaml.Node) -> str:
-    return repr(node.value) if isinstance(node, yaml.ScalarNode) else f"a {node.id}"
+    kind = "mapping" if isinstance(node, yaml.MappingNode) else "list"
+    return repr(node.value) if isinstance(node, yaml.ScalarNode) else f"a {kind}"

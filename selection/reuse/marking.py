@@ -111,7 +111,7 @@ class Marking:
                 for key, value in (("op", op), ("dtype", ",".join(dtypes)), ("module", module))
                 if value
             ]
-            part = Part("", tuple(self._mark(name) for name in names), tuple(properties))  # type: ignore[arg-type]
+            part = Part("", tuple(self._mark(name) for name in names), tuple(properties))
             self._variant_parts[variant] = part
         return part
 

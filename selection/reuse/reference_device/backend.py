@@ -72,7 +72,7 @@ def new_empty_strided(size: Any, stride: Any, dtype: torch.dtype | None) -> torc
     return to_device(torch.empty_strided(size, stride, dtype=dtype))
 
 
-class _Hooks(torch._C._acc.PrivateUse1Hooks):  # type: ignore[misc]
+class _Hooks(torch._C._acc.PrivateUse1Hooks):
     def has_primary_context(self, device_index: int) -> bool:
         return True
 
@@ -83,7 +83,7 @@ class _Hooks(torch._C._acc.PrivateUse1Hooks):  # type: ignore[misc]
         return True
 
 
-class _Guard(torch._C._acc.DeviceGuard):  # type: ignore[misc]
+class _Guard(torch._C._acc.DeviceGuard):
     def type_(self) -> Any:
         return torch._C._autograd.DeviceType.PrivateUse1
 
