@@ -51,12 +51,20 @@ def request(run: Run, include_artifacts: bool = False, user: Any = None) -> Bund
     from reproducibility.tasks import build_bundle
 
     alive = (Bundle.Status.PENDING, Bundle.Status.BUILDING, Bundle.Status.READY)
-    existing = run.bundles.current().filter(include_artifacts=include_artifacts, status__in=alive)
-    bundle = existing.first()
-    if bundle is not None:
-        return bundle
-    bundle = Bundle.objects.create(run=run, include_artifacts=include_artifacts, requested_by=user)
-    transaction.on_commit(partial(build_bundle.delay, bundle.pk))
+    with transaction.atomic():
+        # Concurrency guard: two callers for one run (a redelivered finish, a click)
+        # queue on the run's row lock, so the second finds the first one's bundle.
+        Run.objects.select_for_update().filter(pk=run.pk).first()
+        existing = run.bundles.current().filter(
+            include_artifacts=include_artifacts, status__in=alive
+        )
+        bundle = existing.first()
+        if bundle is not None:
+            return bundle
+        bundle = Bundle.objects.create(
+            run=run, include_artifacts=include_artifacts, requested_by=user
+        )
+        transaction.on_commit(partial(build_bundle.delay, bundle.pk))
     return bundle
 
 
@@ -84,8 +92,7 @@ def build(bundle_id: int) -> Bundle | None:
             status=Bundle.Status.FAILED, error=f"{type(error).__name__}: {error}"[:4000],
             expires_at=expiry(),
         )  # fmt: skip
-    bundle.refresh_from_db()
-    return bundle
+    return Bundle.objects.filter(pk=bundle.pk).first()  # None when the run was deleted meanwhile
 
 
 def expiry(now: datetime | None = None) -> datetime:

@@ -131,9 +131,7 @@ def test_a_flipped_byte_in_the_compressed_archive_names_the_archive(bundle, tmp_
     archive = tmp_path / "flipped.tar.gz"
     archive.write_bytes(bytes(data))
     problems = bundles.verify_archive(archive, bundle.sha256)
-    assert problems and all(
-        problem.startswith("flipped.tar.gz") or "mismatch" in problem for problem in problems
-    )
+    # Whatever else breaks (the gzip stream, files inside), the archive is named first.
     assert problems[0].startswith("flipped.tar.gz: SHA-256")
 
 
