@@ -19,6 +19,8 @@ app.conf.task_routes = {
     # Collection imports the device's test machinery, so it runs where shards run.
     "runs.tasks.plan_run": {"queue": "device"},
     "reproducibility.tasks.capture_environment": {"queue": "device"},
+    # A bisection runs the failing tests at each midpoint: a device host's work.
+    "reproducibility.tasks.run_bisection": {"queue": "device"},
     "runs.tasks.deliver_callback": {"queue": "relay"},
     "runs.tasks.deliver_due_callbacks": {"queue": "relay"},
 }

@@ -165,6 +165,10 @@ CELERY_BEAT_SCHEDULE = {
     },
     "requeue-orphaned-shards": {"task": "runs.tasks.requeue_orphaned_shards", "schedule": 60.0},
     "deliver-due-callbacks": {"task": "runs.tasks.deliver_due_callbacks", "schedule": 30.0},
+    "prune-bundles": {
+        "task": "reproducibility.tasks.prune_bundles",
+        "schedule": crontab(hour=4, minute=0),
+    },
 }
 
 # The device: the Python module that registers the privateuse1 backend.

@@ -95,6 +95,9 @@ def execute(shard_id: int, worker: str | None = None) -> Shard | None:
     if shard is None:
         return None
     run = shard.run
+    from reproducibility import capture
+
+    capture.record_worker(run, shard)
     relay.job_started(run, shard)
     try:
         for artifact in run.artifacts.all():

@@ -102,6 +102,9 @@ def start(run_id: int) -> list[Shard]:
         end(run, Run.Status.ERROR, str(error))
         return []
     shards = plan(run, ids)
+    from reproducibility import capture
+
+    capture.record_run_start(run)
     if not shards:
         end(run, Run.Status.FAILED, "the config selected no test")
         return []
@@ -117,6 +120,9 @@ def end(run: Run, status: str, error: str) -> None:
     run.status, run.error, run.finished_at = status, error, timezone.now()
     run.save(update_fields=["status", "error", "finished_at"])
     relay.run_finished(run)
+    from reproducibility import capture
+
+    capture.record_run_end(run)
 
 
 def plan(run: Run, ids: list[str]) -> list[Shard]:

@@ -43,8 +43,11 @@ def finish_if_done(run_id: int) -> Run | None:
         run.status = status_of(run, failures)
         run.finished_at = timezone.now()
         run.save(update_fields=["status", "finished_at"])
-        # The callbacks commit with the status they report: none is ever lost.
+        # The callbacks and the bundle request commit with the status: none is lost.
         relay.run_finished(run)
+        from reproducibility import capture
+
+        capture.record_run_end(run)
     return run
 
 
