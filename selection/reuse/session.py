@@ -132,6 +132,13 @@ class ReuseSession:
         if self.rules is not None:
             sources = ", ".join(self.rules.config.sources)
             lines.append(f"crcr reuse: config {sources}; {len(self.rules.files)} test files")
+            outside = [f for f in self.rules.files if not Path(f).is_relative_to(config.rootpath)]
+            if outside:
+                lines.append(
+                    f"crcr reuse: {len(outside)} test files lie outside the rootdir {config.rootpath}: "
+                    "node ids will lack their path; run from the test tree or pass --rootdir "
+                    "(and write --reuse-config=FILE: a bare value can be taken for a path)"
+                )
         return lines
 
     def pytest_ignore_collect(self, collection_path: Path, config: pytest.Config) -> bool | None:

@@ -11,6 +11,7 @@ import pytest
 
 from .conftest import TREE, TREE_TESTS, Run, clean_env, heavy_run, run_pytest
 
+CRASHING = "test_lerp_crashes_the_process_privateuseone_float32"
 RUN_CONFIG = """\
 test_suite_config:
   labels: [trunk]
@@ -45,7 +46,7 @@ test_suite_config:
 
 
 @heavy_run("run")
-def _run(workdir: Path) -> tuple[Run, Run]:
+def _run(workdir: Path) -> tuple[Run, Run, Run]:
     config = workdir / "config.yaml"
     config.write_text(RUN_CONFIG)
     env = clean_env(TORCH_ROOT=str(TREE), CRCR_FLAKY_COUNTER=str(workdir / "flaky-counter"))
@@ -55,7 +56,21 @@ def _run(workdir: Path) -> tuple[Run, Run]:
     ids = retry_dir / "ids.txt"
     ids.write_text(first.by_name("test_flaky_counter")["id"] + "\n")
     retry = run_pytest([f"--reuse-config={config}", f"--reuse-ids={ids}"], retry_dir, env)
-    return first, retry
+    return first, retry, _crash_without_xdist(workdir / "crash")
+
+
+def _crash_without_xdist(workdir: Path) -> Run:
+    """The crash test alone in a plain process (what the main job's isolation reruns do)."""
+    workdir.mkdir()
+    ids = workdir / "ids.txt"
+    ids.write_text(
+        f"{TREE_TESTS}/test_planted_faults.py::TestPlantedFaultsPRIVATEUSEONE::{CRASHING}\n"
+    )
+    config = f"--reuse-config={TREE / 'crcr-config.yaml'}"
+    run = run_pytest([config, f"--reuse-ids={ids}"], workdir)
+    partial = workdir / "report.json.partial"
+    run.report = {"partial": partial.read_text().splitlines() if partial.exists() else []}
+    return run
 
 
 @pytest.fixture(scope="module")
@@ -153,10 +168,21 @@ def test_junit_xml_carries_op_dtype_module_and_mode_properties(run: Run) -> None
 
 
 def test_the_planted_flaky_test_fails_first_and_passes_on_retry(background: Any) -> None:
-    first, retry = background.result("run")
+    first, retry, _ = background.result("run")
     assert outcome(first, "test_flaky_counter") == "failed"
     assert "attempt 1: odd attempts fail" in first.by_name("test_flaky_counter")["message"]
     assert retry.returncode == 0 and list(retry.names()) == ["test_flaky_counter"]
+
+
+def test_a_crash_without_xdist_ends_the_process_and_the_stream_names_the_test(
+    background: Any,
+) -> None:
+    crash = background.result("run")[2]
+    assert crash.returncode == -11  # SIGSEGV: the process is gone, nothing hangs
+    assert "Fatal Python error: Segmentation fault" in crash.stderr  # pytest's faulthandler
+    events = [json.loads(line) for line in crash.report["partial"]]
+    assert [e["event"] for e in events] == ["start"]
+    assert events[0]["nodeid"].endswith(CRASHING)
 
 
 @heavy_run("xdist")
