@@ -362,6 +362,10 @@ def _select(
         clock = time.monotonic()
 
     tree = Path(tree_root).resolve() if tree_root else default_tree()
+    if tree_root is None and pytorch_sha and (tree / ".git").exists():
+        from runs import testtree
+
+        tree = testtree.tree_for(pytorch_sha)  # TORCH_ROOT is a clone: the SHA's worktree
     sha = pytorch_sha or tree_sha(tree)
     SelectionRun.objects.filter(pk=run.pk).update(pytorch_sha=sha)
     snapshot = inventory.scan(tree, sha, report)
