@@ -39,7 +39,9 @@ def run(
         "-o", "addopts=", f"--junitxml={junit}",
     ]  # fmt: skip
     if capture:
-        env.update(TORCH_LOGS="post_grad_graphs,aot_graphs", TORCH_LOGS_OUT=str(scratch / "logs.txt"))
+        env.update(
+            TORCH_LOGS="post_grad_graphs,aot_graphs", TORCH_LOGS_OUT=str(scratch / "logs.txt")
+        )
         command += ["-p", "selection.opcapture_plugin", f"--opcapture-out={scratch / tag}.jsonl"]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.monotonic()
@@ -59,7 +61,11 @@ def main() -> int:
     args = parser.parse_args()
     tree = Path(os.environ.get("TORCH_ROOT") or ROOT / "tests" / "upstream").resolve()
     default = ["test/test_view_ops.py"] if (tree / "test/test_view_ops.py").exists() else None
-    files = args.files or default or sorted(str(p.relative_to(tree)) for p in (tree / "test").glob("test_*.py"))
+    files = (
+        args.files
+        or default
+        or sorted(str(p.relative_to(tree)) for p in (tree / "test").glob("test_*.py"))
+    )
     print(f"tree {tree}; files {', '.join(files)}; {args.rounds} rounds, alternating")
     totals = {"plain": [0.0, 0.0, 0.0], "capture": [0.0, 0.0, 0.0]}
     count = 0
@@ -67,9 +73,7 @@ def main() -> int:
         scratch = Path(folder)
         for n in range(args.rounds):
             for name in ("plain", "capture"):
-                cpu, tests, wall, count = run(
-                    tree, files, name == "capture", scratch, f"{name}{n}"
-                )
+                cpu, tests, wall, count = run(tree, files, name == "capture", scratch, f"{name}{n}")
                 for index, value in enumerate((cpu, tests, wall)):
                     totals[name][index] += value
                 print(
