@@ -21,6 +21,9 @@ app.conf.task_routes = {
     "reproducibility.tasks.capture_environment": {"queue": "device"},
     # A bisection runs the failing tests at each midpoint: a device host's work.
     "reproducibility.tasks.run_bisection": {"queue": "device"},
+    # The selection pipeline's stage 4 and "enable an operator" run tests on the device.
+    "selection.tasks.run_selection": {"queue": "device"},
+    "selection.tasks.enable_operator": {"queue": "device"},
     "runs.tasks.deliver_callback": {"queue": "relay"},
     "runs.tasks.deliver_due_callbacks": {"queue": "relay"},
 }

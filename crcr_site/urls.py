@@ -6,6 +6,7 @@ from drf_spectacular.views import SpectacularAPIView
 urlpatterns = [
     path("", include("runs.urls")),
     path("", include("selection.urls")),
+    path("", include("selection.pipeline_urls")),
     path("", include("reproducibility.urls")),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),

@@ -1,14 +1,11 @@
 """The selection run page (live status) and the enable-operator action."""
 
 import pytest
-from django.urls import include, path
 
-from crcr_site.urls import urlpatterns as site_urls
 from selection.models import SelectionRun
 from tests.factories import PASSWORD, make_backend, make_user
 
-urlpatterns = [*site_urls, path("", include("selection.pipeline_urls"))]
-pytestmark = [pytest.mark.django_db, pytest.mark.urls(__name__)]
+pytestmark = pytest.mark.django_db
 
 
 def signed_in(client, role):
