@@ -13,7 +13,7 @@ def test_the_demo_feeds_a_merged_pr_through_the_intake_once(
     settings.CRCR_UPSTREAM = f"git:{tmp_path / 'upstream'}"
     # An empty test tree: the run is created and planned, and ends at once.
     settings.CRCR_TORCH_ROOT = tmp_path / "no-tests"
-    call_command("demo")
+    call_command("demo", no_selection=True)
     run = wait_for(lambda: Run.objects.filter(status__in=Run.FINISHED).first(), what="the demo run")
     dispatch = Dispatch.objects.get()
     assert dispatch.verdict == "accepted"
@@ -21,7 +21,7 @@ def test_the_demo_feeds_a_merged_pr_through_the_intake_once(
     assert run.trigger.dispatch == dispatch and run.job_name == "reference"
     assert (tmp_path / "upstream" / ".git").is_dir()
     assert run.backend.relay_url.endswith("/github/callback")
-    call_command("demo")
+    call_command("demo", no_selection=True)
     assert Dispatch.objects.count() == 1 and Run.objects.count() == 1
     out = capsys.readouterr().out
     assert "sign in at http://127.0.0.1:8000/ as demo / crcr-demo" in out

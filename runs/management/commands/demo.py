@@ -15,11 +15,22 @@ class Command(BaseCommand):
         parser.add_argument(
             "--serve", action="store_true", help="then serve the UI on 127.0.0.1:8000"
         )
+        parser.add_argument(
+            "--no-selection", action="store_true", help="skip the selection pipeline's stages"
+        )
+
+    def select(self, backend) -> None:
+        self.step("selection: inventory, stages 1-4 on the device, proposals to review")
+        bar = Bar(sys.stderr)
+        selection = pipeline.run_for_backend(backend, demo.BUNDLED_TREE, progress=bar)
+        bar.close()
+        self.stdout.write(f"    proposals: {selection.summary.get('proposals')}")
+        self.stdout.write("    waiting for review at http://127.0.0.1:8000/review/")
 
     def step(self, text: str) -> None:
         self.stdout.write(self.style.MIGRATE_HEADING(f"==> {text}"))
 
-    def handle(self, *args, serve, **options):
+    def handle(self, *args, serve, no_selection, **options):
         self.step("demo user and the reference-device backend")
         demo.create_demo_user()
         state = demo.load_backend()
