@@ -55,12 +55,8 @@ class Command(BaseCommand):
                 )
                 self.stdout.write(f"    {run.page_url()}")
             self.stdout.write(f"    the relay accepted {len(simulator.accepted)} callback(s)")
-            self.step("selection: inventory, stages 1-4 on the device, proposals to review")
-            bar = Bar(sys.stderr)
-            selection = pipeline.run_for_backend(state.backend, demo.BUNDLED_TREE, progress=bar)
-            bar.close()
-            self.stdout.write(f"    proposals: {selection.summary.get('proposals')}")
-            self.stdout.write("    waiting for review at http://127.0.0.1:8000/review/")
+            if not no_selection:
+                self.select(state.backend)
             self.stdout.write(
                 f"\nsign in at http://127.0.0.1:8000/ as {demo.DEMO_USERNAME} / "
                 f"{demo.DEMO_PASSWORD}"
