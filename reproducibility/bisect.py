@@ -30,8 +30,9 @@ from django.utils import timezone
 
 from reproducibility.models import Bisection, RunRecord
 from runs import planning, testtree
-from runs.executor import FAILING, Executor, ShardSpec, TestRecord
+from runs.executor import Executor, ShardSpec
 from runs.models import Failure, Run, TestResult
+from runs.reports import FAILING, TestRecord
 from runs.upstream import UpstreamError, get_resolver
 
 PASSING = tuple(TestResult.PASSING)

@@ -22,8 +22,9 @@ from django.utils import timezone
 
 from runs import artifacts, ingest, planning, relay, results, sharding, testtree
 from runs.classify import classify
-from runs.executor import Executor, ProcessFailed, ShardSpec, TestRecord
+from runs.executor import Executor, ProcessFailed, ShardSpec
 from runs.models import Shard, TestDuration
+from runs.reports import ReportError, TestRecord
 
 # Failures that repeat by nature are not re-run: the op or dtype is missing, or
 # the test cannot even be set up.
@@ -123,6 +124,12 @@ def execute(shard_id: int, worker: str | None = None) -> Shard | None:
             records = Executor(spec, should_retry).run()
     except ProcessFailed as error:
         raise InfraError(str(error)) from error
+    except ReportError as error:
+        # Re-running would most likely write the same broken report: fail the
+        # shard with the reason instead of storing part of it.
+        close_old_connections()
+        fail(shard, f"corrupt test report: {error}")
+        return shard
     close_old_connections()
     store(shard, records)
     remember_durations(run.backend.device_module, records)

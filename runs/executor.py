@@ -16,18 +16,16 @@ Steps:
 
 import ctypes
 import ctypes.util
-import json
 import os
 import signal
 import subprocess
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-from selection.reuse.sharding import normalize_class
+from runs.reports import FAILING, TestRecord, canonical, check_junit, read_progress
 
-FAILING = ("failed", "error")
 EXIT_OK = (0, 1, 5)
 WATCH_INTERVAL = 0.5
 # A process run for one test still imports torch's test machinery first (~10 s, far
@@ -39,17 +37,6 @@ PR_SET_PDEATHSIG = 1  # all passed, some failed, none collected: pytest ended no
 class ProcessFailed(Exception):
     """pytest itself failed before running any test (a broken plugin, a bad argument,
     a device that does not load): an infrastructure failure, not the tests'."""
-
-
-@dataclass
-class TestRecord:
-    node_id: str
-    outcome: str
-    duration: float = 0.0
-    message: str = ""
-    markers: list[str] = field(default_factory=list)
-    properties: list[list] = field(default_factory=list)
-    attempt: int = 1
 
 
 @dataclass
@@ -157,6 +144,7 @@ class Executor:
         tag = f"p{self.processes:03d}"
         ids_file = self.spec.workdir / f"{tag}.ids"
         progress = self.spec.workdir / f"{tag}.progress.jsonl"
+        junit = self.spec.workdir / f"{tag}.junit.xml"
         ids_file.write_text("".join(f"{node_id}\n" for node_id in ids))
         selector = (
             f"@{ids_file}" if self.spec.ids_option == "@" else f"{self.spec.ids_option}={ids_file}"
@@ -164,7 +152,7 @@ class Executor:
         command = [
             self.spec.python, "-m", "pytest", selector,
             "-p", "runs.progress_plugin", f"--crcr-progress={progress}",
-            f"--junitxml={self.spec.workdir / f'{tag}.junit.xml'}",
+            f"--junitxml={junit}",
             "-p", "no:cacheprovider", "-q", "--no-header", "-rN",
             *self.spec.pytest_args,
         ]  # fmt: skip
@@ -180,7 +168,10 @@ class Executor:
                 preexec_fn=_die_with_parent,
             )
             exit_code, timed_out = self._watch(process, progress, timeout)
-        records, started = read_progress(progress)
+        ended = not timed_out and exit_code is not None and exit_code >= 0
+        records, started = read_progress(progress, ended=ended)
+        if ended and exit_code in EXIT_OK:
+            check_junit(junit, records.values())
         tail = log.read_bytes()[-4000:].decode(errors="replace")
         if not started and not timed_out and exit_code not in (0, 5):
             raise ProcessFailed(f"pytest exited with status {exit_code} before any test:\n{tail}")
@@ -220,44 +211,6 @@ def _die_with_parent() -> None:
     """In the child: be killed when the worker that started it dies (Linux)."""
     libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-
-
-def canonical(node_id: str) -> str:
-    """A node id with the backend's class suffix in one spelling (torch flips it)."""
-    parts = node_id.split("::")
-    if len(parts) == 3:
-        parts[1] = normalize_class(parts[1])
-    return "::".join(parts)
-
-
-def read_progress(path: Path) -> tuple[dict[str, TestRecord], list[str]]:
-    """Finished tests (the worst phase wins) and the order tests started in, by canonical id."""
-    records: dict[str, TestRecord] = {}
-    started: list[str] = []
-    if not path.exists():
-        return records, started
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        try:
-            entry = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # the last line of a killed process may be cut short
-        if entry.get("event") == "start":
-            started.append(canonical(entry["node_id"]))
-            continue
-        record = TestRecord(
-            node_id=canonical(entry["node_id"]),
-            outcome=entry["outcome"],
-            duration=entry.get("duration", 0.0),
-            message=entry.get("message", ""),
-            markers=entry.get("markers", []),
-            properties=entry.get("properties", []),
-        )
-        previous = records.get(record.node_id)
-        if previous is None or record.outcome in FAILING:
-            if previous is not None:
-                record.duration += previous.duration
-            records[record.node_id] = record
-    return records, started
 
 
 def _crash_message(process: ProcessResult) -> str:

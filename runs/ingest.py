@@ -1,13 +1,13 @@
 """Results ingestion: test attempts into the database, in bulk and exactly once.
 
-Attempts come from the executor's progress logs or from JUnit XML files. A
-corrupt or truncated file is refused whole (ReportError naming the file and
-where it broke): a shard is never half-ingested.
+Attempts come from the executor (read from its progress logs and checked
+against the JUnit XML) or straight from a JUnit XML file. A corrupt or
+truncated file raises ReportError before anything is committed: a shard is
+never half-ingested.
 """
 
 import json
-import xml.etree.ElementTree as ElementTree
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -15,14 +15,10 @@ from typing import Any
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
-from runs.executor import TestRecord
 from runs.models import Shard, TestResult
+from runs.reports import TestRecord, parse_junit
 
 BATCH = 2000
-
-
-class ReportError(Exception):
-    """A report file that cannot be read; the shard fails as infrastructure."""
 
 
 COLUMNS = (
@@ -52,11 +48,28 @@ def values(shard: Shard, record: TestRecord, now: datetime) -> tuple:
 
 def save(shard: Shard, records: Iterable[TestRecord]) -> int:
     """Store attempts in bulk; one already stored (shard, node id, attempt) is kept as is."""
+    kept = list(records)
+    return _store(shard, lambda: kept)
+
+
+def ingest_junit(shard: Shard, path: Path, attempt: int = 1) -> int:
+    """Stream a JUnit XML file into the database as it is parsed, in one transaction."""
+
+    def records() -> Iterator[TestRecord]:
+        for record in parse_junit(path):
+            record.attempt = attempt
+            yield record
+
+    return _store(shard, records)
+
+
+def _store(shard: Shard, records: Callable[[], Iterable[TestRecord]]) -> int:
     now = timezone.now()
-    rows = [values(shard, record, now) for record in records]
     if connection.vendor == "postgresql":
-        return _copy(shard, rows)
-    objects = [TestResult(**dict(zip(COLUMNS, row, strict=True))) for row in rows]
+        return _copy(shard, lambda: (values(shard, record, now) for record in records()))
+    objects = [
+        TestResult(**dict(zip(COLUMNS, values(shard, r, now), strict=True))) for r in records()
+    ]
     stored = 0
     for start in range(0, len(objects), BATCH):
         batch = objects[start : start + BATCH]
@@ -64,9 +77,10 @@ def save(shard: Shard, records: Iterable[TestRecord]) -> int:
     return stored
 
 
-def _copy(shard: Shard, rows: list[tuple]) -> int:
+def _copy(shard: Shard, rows: Callable[[], Iterator[tuple]]) -> int:
     """PostgreSQL COPY: straight into the table for a shard with no results yet (the
-    usual case); otherwise through a scratch table, inserting only what is new."""
+    usual case); otherwise through a scratch table, inserting only what is new. The
+    rows stream as they are made, so the server inserts while the client parses."""
     table, columns = TestResult._meta.db_table, ", ".join(COLUMNS)
     with transaction.atomic(), connection.cursor() as cursor:
         # Results are reproducible from the shard: should the server crash in the
@@ -78,15 +92,14 @@ def _copy(shard: Shard, rows: list[tuple]) -> int:
                 # A savepoint: a concurrent ingestion of the same shard makes the
                 # COPY hit the unique constraint, and the slower path takes over.
                 with transaction.atomic():
-                    _copy_rows(cursor, table, rows)
-                return len(rows)
+                    return _copy_rows(cursor, table, rows())
             except IntegrityError:
                 pass
         cursor.execute(
             f"CREATE TEMP TABLE crcr_incoming ON COMMIT DROP AS "
             f"SELECT {columns} FROM {table} WITH NO DATA"
         )
-        _copy_rows(cursor, "crcr_incoming", rows)
+        _copy_rows(cursor, "crcr_incoming", rows())
         cursor.execute(
             f"INSERT INTO {table} ({columns}) SELECT {columns} FROM crcr_incoming "
             "ON CONFLICT DO NOTHING"
@@ -94,86 +107,14 @@ def _copy(shard: Shard, rows: list[tuple]) -> int:
         return cursor.rowcount
 
 
-# COPY's text format: a tab between fields, a newline between rows, and these escaped.
-_COPY_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
+MARKERS = COLUMNS.index("markers")
 
 
-def _copy_rows(cursor: Any, table: str, rows: list[tuple]) -> None:
-    """Stream rows in COPY text format, a megabyte at a time."""
-    escape, dumps = _COPY_ESCAPES, json.dumps
+def _copy_rows(cursor: Any, table: str, rows: Iterator[tuple]) -> int:
+    """COPY rows in, adapted by psycopg's C row writer; the markers go as JSON text."""
+    count = 0
     with cursor.cursor.copy(f"COPY {table} ({', '.join(COLUMNS)}) FROM STDIN") as copy:
-        chunk: list[str] = []
-        size = 0
-        for (
-            shard,
-            run,
-            attempt,
-            node,
-            path,
-            cls,
-            test,
-            op,
-            dtype,
-            module,
-            mode,
-            outcome,
-            *rest,
-        ) in rows:
-            duration, message, markers, stamp = rest
-            line = (
-                f"{shard}\t{run}\t{attempt}\t{node.translate(escape)}\t"
-                f"{path.translate(escape)}\t{cls.translate(escape)}\t{test.translate(escape)}\t"
-                f"{op.translate(escape)}\t{dtype.translate(escape)}\t{module.translate(escape)}\t"
-                f"{mode.translate(escape)}\t{outcome}\t{duration!r}\t{message.translate(escape)}\t"
-                f"{dumps(markers).translate(escape)}\t{stamp.isoformat()}\n"
-            )
-            chunk.append(line)
-            size += len(line)
-            if size > 1 << 20:
-                copy.write("".join(chunk))
-                chunk, size = [], 0
-        copy.write("".join(chunk))
-
-
-def parse_junit(path: Path) -> Iterator[TestRecord]:
-    """Test cases of a JUnit XML file, streamed; ReportError on a corrupt file."""
-    try:
-        for _, element in ElementTree.iterparse(path, events=("end",)):
-            if element.tag == "testcase":
-                yield _case(element)
-                element.clear()
-    except ElementTree.ParseError as error:
-        line, column = error.position
-        raise ReportError(
-            f"{path.name}: not well-formed XML at line {line}, column {column}"
-        ) from None
-
-
-def _case(case: ElementTree.Element) -> TestRecord:
-    classname, name = case.get("classname", ""), case.get("name", "")
-    module, _, cls = classname.rpartition(".")
-    node_id = f"{module.replace('.', '/')}.py::{cls}::{name}" if module else f"{cls}::{name}"
-    outcome, message = "passed", ""
-    for child in case:
-        if child.tag in ("failure", "error"):
-            outcome = "failed" if child.tag == "failure" else "error"
-            message = (child.get("message") or "") + "\n" + (child.text or "")
-        elif child.tag == "skipped":
-            xfail = (child.get("type") or "") == "pytest.xfail"
-            outcome, message = ("xfailed" if xfail else "skipped"), child.get("message") or ""
-    props = [[prop.get("name", ""), prop.get("value", "")] for prop in case.iter("property")]
-    return TestRecord(
-        node_id=node_id,
-        outcome=outcome,
-        duration=float(case.get("time") or 0),
-        message=message.strip(),
-        properties=props,
-    )
-
-
-def ingest_junit(shard: Shard, path: Path, attempt: int = 1) -> int:
-    """Parse the whole file first, then store it in one transaction."""
-    records = list(parse_junit(path))
-    for record in records:
-        record.attempt = attempt
-    return save(shard, records)
+        for row in rows:
+            copy.write_row((*row[:MARKERS], json.dumps(row[MARKERS]), *row[MARKERS + 1 :]))
+            count += 1
+    return count

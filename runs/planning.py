@@ -20,8 +20,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from runs import relay, sharding, testtree
-from runs.executor import canonical
 from runs.models import Run, Shard, TestDuration
+from runs.reports import canonical
 
 
 class PlanningError(Exception):

@@ -31,7 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from runs.classify import classify
-from runs.executor import Executor, ShardSpec, TestRecord
+from runs.executor import Executor, ShardSpec
+from runs.reports import TestRecord
 from selection.capabilities import Capabilities, device_env
 
 Key = tuple[str, str, str]

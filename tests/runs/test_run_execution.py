@@ -10,9 +10,9 @@ from collections import defaultdict
 import pytest
 
 from runs import planning, triggers
-from runs.executor import canonical
 from runs.models import Dispatch, Failure, Run, TestResult
 from runs.relay_simulator import RelaySimulator
+from runs.reports import canonical
 from tests.dispatches import pr_dispatch
 from tests.factories import make_backend, make_config
 from tests.runs.treeconfig import TREE, tree_config
