@@ -4,7 +4,7 @@ Writes a JUnit XML file of 50,000 test cases shaped like PyTorch device-type
 tests (properties for op/dtype/mode, a failure in one case of twenty), then in
 the same run: parses it (the baseline), and parses + ingests it into the
 database named by DATABASE_URL (PostgreSQL: postgres://postgres@127.0.0.1:5432/
-crcr_bench by default). Prints both and the ratio. Target: ratio <= 3.
+crcr_bench by default). Prints both (the fastest of --repeat runs each) and the ratio. Target: ratio <= 3.
 
     .venv/bin/python bench/ingest.py [--cases 50000]
 """
@@ -12,7 +12,6 @@ crcr_bench by default). Prints both and the ratio. Target: ratio <= 3.
 import argparse
 import os
 import random
-import statistics
 import sys
 import tempfile
 import time
@@ -49,7 +48,7 @@ def write_junit(path: Path, cases: int) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", type=int, default=50_000)
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=5)
     options = parser.parse_args()
     os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/crcr_bench")
     os.environ.setdefault("DEBUG", "true")
@@ -85,13 +84,12 @@ def main() -> int:
             ingest_times.append(time.perf_counter() - started)
             assert count == stored == options.cases == shard.results.count()
     TestResult.objects.filter(run=run).delete()
-    parse, store = statistics.median(parse_times), statistics.median(ingest_times)
-    size = path.stat().st_size if path.exists() else 0
+    # The fastest of each: on a shared machine the slower runs measure the neighbours.
+    parse, store = min(parse_times), min(ingest_times)
     print(f"{options.cases:,} test cases, database {os.environ['DATABASE_URL'].split(':')[0]}")
-    print(f"parse only        {parse:8.2f} s (median of {options.repeat})")
+    print(f"parse only        {parse:8.2f} s (fastest of {options.repeat})")
     print(f"parse + ingest    {store:8.2f} s")
     print(f"ratio ingest / parse = {store / parse:.2f} (target <= {TARGET})")
-    del size
     return 0 if store / parse <= TARGET else 1
 
 
