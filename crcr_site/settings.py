@@ -201,6 +201,8 @@ CRCR_SHARD_RETRIES = env_int("CRCR_SHARD_RETRIES", 3, minimum=0)
 # PyTorch's disabled tests (disabled-tests-condensed.json format); unset: none.
 CRCR_DISABLED_TESTS_FILE = env_str("CRCR_DISABLED_TESTS_FILE")
 CRCR_DISPATCH_MAX_BYTES = env_int("CRCR_DISPATCH_MAX_BYTES", 256 * 1024, minimum=1024)
+# Config PRs: the author may not approve their own change while another reviewer exists.
+CRCR_FORBID_SELF_APPROVAL = env_bool("CRCR_FORBID_SELF_APPROVAL", True)
 
 LOGGING = {
     "version": 1,

@@ -218,6 +218,36 @@ class Run(models.Model):
     def is_finished(self) -> bool:
         return self.status in self.FINISHED
 
+    def only_upstream_changed(self) -> bool:
+        """Since the job's last green run, only PyTorch (and so its test suite) moved."""
+        changed = set(self.changed_since_green)
+        return bool(changed) and changed <= {"PyTorch", "test suite"}
+
+    def attribution(self) -> str:
+        """What a red run's failure is put down to, from what moved since the job's last green run.
+
+        Empty for a run that is not red. PyTorch and its test suite move together
+        (the suite is PyTorch's tests at that SHA), so either alone reads as upstream.
+        """
+        if self.status not in (self.Status.FAILED, self.Status.TIMED_OUT):
+            return ""
+        changed = set(self.changed_since_green)
+        if "no green run yet" in changed:
+            return "no green run yet: nothing to compare with"
+        if not changed:
+            return "nothing changed since the last green run: flaky or infrastructure"
+        names = []
+        if "PyTorch" in changed:
+            names.append("PyTorch")
+        elif "test suite" in changed:
+            names.append("the test suite")
+        names += [f"the {name}" for name in ("backend", "config") if name in changed]
+        if len(names) == 1:
+            return f"only {names[0]} changed since the last green run"
+        if len(names) == 2:
+            return f"both {names[0]} and {names[1]} changed since the last green run"
+        return f"{', '.join(names[:-1])} and {names[-1]} changed since the last green run"
+
     def failure_groups(self) -> list[dict[str, Any]]:
         """Failures grouped by category and verdict, each with its tests' first lines."""
         groups: dict[tuple[str, str], dict[str, Any]] = {}

@@ -155,7 +155,7 @@ def _triage(run: Run, failures: list[Failure]) -> dict[str, Any] | None:
     if not failures:
         return None
     regressions = [f for f in failures if f.verdict == Failure.Verdict.REGRESSION]
-    if regressions and run.changed_since_green == ["PyTorch"]:
+    if regressions and run.only_upstream_changed():
         category, summary = "upstream", "only PyTorch changed since the last green run"
     else:
         worst = regressions[0] if regressions else failures[0]

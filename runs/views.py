@@ -15,13 +15,20 @@ from runs.upstream import UpstreamError
 
 @login_required
 def hud(request: HttpRequest) -> HttpResponse:
-    rows, columns, chars = hud_grid.grid()
+    runs = hud_grid.recent_runs()
+    rows, columns, chars = hud_grid.grid(runs)
     table = [
         (row, [(row.cells.get(c.job), chars.get(getattr(row.cells.get(c.job), "pk", 0), ""))
                for c in columns])
         for row in rows
     ]  # fmt: skip
-    context = {"table": table, "columns": columns, "nav": "hud"}
+    context = {
+        "table": table,
+        "columns": columns,
+        "trends": hud_grid.trends(runs),
+        "red": hud_grid.red_now(runs),
+        "nav": "hud",
+    }
     return render(request, "runs/hud.html", context)
 
 
@@ -51,6 +58,7 @@ def run_detail(request: HtmxHttpRequest, uuid: str) -> HttpResponse:
         response = render(request, "runs/run_detail.html#progress", context)
         # Once the run has ended the page stops polling (htmx's 286).
         return HttpResponseStopPolling(response.content) if run.is_finished else response
+    context["trend"] = hud_grid.job_trend(run)
     return render(request, "runs/run_detail.html", context)
 
 

@@ -94,6 +94,27 @@ def for_backend(config_text: str, device_module: str) -> Capabilities:
     )
 
 
+def known_for_backend(config_text: str, device_module: str) -> Capabilities | None:
+    """The capabilities as far as they are known without probing (for the web pages).
+
+    The config's declared lists, completed by a probe already stored on disk; None
+    when the config declares no operators and the device has not been probed yet."""
+    ops, dtypes, per_op = declared(config_text)
+    shaping = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("CRCR_REFDEV")))
+    cache = Path(settings.MEDIA_ROOT) / "probes" / f"{_probe_key(device_module, shaping)}.json"
+    probe: dict[str, list[str]] = json.loads(cache.read_text()) if cache.exists() else {}
+    if ops is None and not probe:
+        return None
+    return Capabilities(
+        ops=frozenset(ops if ops is not None else probe["ops"]),
+        dtypes=frozenset(dtypes) if dtypes is not None else None,
+        composite=frozenset(probe.get("composite", ())),
+        op_dtypes={op: frozenset(ds) for op, ds in per_op.items()},
+        declared_ops=ops is not None,
+        device_ops=frozenset(probe.get("ops", ())),
+    )
+
+
 def probe_device(device_module: str) -> dict[str, list[str]]:
     """Ask the device (in a subprocess: torch is imported there) which operators it runs.
 

@@ -1,5 +1,100 @@
+import json
+
 from django import forms
+from django.db.models import Q, QuerySet
+
+from selection.models import Proposal
 
 
 class ReviewForm(forms.Form):
     decision = forms.ChoiceField(choices=[("approve", "approve"), ("reject", "reject")])
+
+
+def _any(choices: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    return [("", "any"), *choices]
+
+
+class QueueFilterForm(forms.Form):
+    """The review queue's filters and sort order (GET parameters)."""
+
+    SORTS = {
+        "test": ("file_path", "class_name", "test_name", "pk"),
+        "newest": ("-created_at", "-pk"),
+        "status": ("status", "file_path", "class_name", "test_name", "pk"),
+        "mode": ("mode", "file_path", "class_name", "test_name", "pk"),
+        "stage": ("stage", "file_path", "class_name", "test_name", "pk"),
+    }
+
+    q = forms.CharField(required=False, max_length=200, label="Search")
+    backend = forms.SlugField(required=False, max_length=50)
+    file = forms.CharField(required=False, max_length=300)
+    klass = forms.CharField(required=False, max_length=200, label="Class")
+    op = forms.CharField(required=False, max_length=200, label="Operator")
+    dtype = forms.CharField(required=False, max_length=50)
+    mode = forms.ChoiceField(required=False, choices=_any(Proposal.Mode.choices))
+    stage = forms.ChoiceField(required=False, choices=_any(Proposal.Stage.choices))
+    status = forms.ChoiceField(required=False, choices=_any(Proposal.Status.choices))
+    sort = forms.ChoiceField(required=False, choices=[(key, key) for key in SORTS])
+
+    def clean_op(self) -> str:
+        return self.cleaned_data["op"].strip().removeprefix("aten::")
+
+    def filter(self, proposals: QuerySet[Proposal]) -> QuerySet[Proposal]:
+        """The proposals matching the cleaned filters, in the chosen order."""
+        data = self.cleaned_data
+        exact = {"backend__slug": "backend", "mode": "mode", "stage": "stage", "status": "status"}
+        for lookup, name in exact.items():
+            if data.get(name):
+                proposals = proposals.filter(**{lookup: data[name]})
+        if data.get("file"):  # exact: the queue's (backend, status, file) index serves it
+            proposals = proposals.filter(file_path=data["file"])
+        if data.get("klass"):
+            proposals = proposals.filter(class_name__icontains=data["klass"])
+        if data.get("op"):
+            proposals = proposals.filter(_names(data["op"], ("evidence", "edits"), overload=True))
+        if data.get("dtype"):
+            proposals = proposals.filter(_names(data["dtype"], ("evidence", "edits")))
+        if data.get("q"):
+            words = Q()
+            for field in ("file_path", "class_name", "test_name", "reason"):
+                words |= Q(**{f"{field}__icontains": data["q"]})
+            proposals = proposals.filter(words)
+        return proposals.order_by(*self.SORTS[data.get("sort") or "test"])
+
+
+def _names(name: str, fields: tuple[str, ...], overload: bool = False) -> Q:
+    """JSON fields that name `name` as a whole string (or, for an op, as `name.<overload>`).
+
+    Matching the JSON text keeps the filter portable (SQLite and PostgreSQL) without
+    an index per evidence key: `"add"` and `"add.Tensor` match, `"addmm"` does not.
+    """
+    quoted = json.dumps(name)
+    needles = [quoted] + ([quoted[:-1] + "."] if overload else [])
+    match = Q()
+    for field in fields:
+        for needle in needles:
+            match |= Q(**{f"{field}__icontains": needle})
+    return match
+
+
+class ProposalEditForm(forms.Form):
+    mode = forms.ChoiceField(choices=Proposal.Mode.choices)
+    reason = forms.CharField(max_length=500, strip=True)
+
+    def clean_reason(self) -> str:
+        reason = " ".join(self.cleaned_data["reason"].split())
+        if not reason:
+            raise forms.ValidationError("a reason is required")
+        return reason
+
+
+class ConfigApprovalForm(forms.Form):
+    comment = forms.CharField(required=False, max_length=2000, widget=forms.Textarea)
+
+
+class ConfigCommentForm(forms.Form):
+    body = forms.CharField(max_length=5000, widget=forms.Textarea, label="Comment")
+
+
+class OpenChangeForm(forms.Form):
+    backend = forms.SlugField(max_length=50)

@@ -392,3 +392,50 @@ class Proposal(models.Model):
         if changed:
             self.status, self.reviewer, self.reviewed_at = status, user, now
         return bool(changed)
+
+
+class ProposalEvent(models.Model):
+    """One reviewer action on a proposal: who did what, when, and what it changed."""
+
+    class Action(models.TextChoices):
+        APPROVED = "approved", "approved"
+        REJECTED = "rejected", "rejected"
+        EDITED = "edited", "edited"
+
+    proposal = models.ForeignKey(Proposal, on_delete=models.CASCADE, related_name="events")
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    action = models.CharField(max_length=10, choices=Action.choices)
+    old = models.JSONField(default=dict, blank=True, help_text="the fields before the action")
+    new = models.JSONField(default=dict, blank=True, help_text="the fields after the action")
+    bulk = models.BooleanField(default=False, help_text="part of a bulk action")
+    at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-at"]
+
+    def __str__(self) -> str:
+        return f"{self.actor} {self.action} {self.proposal}"
+
+    @property
+    def changes(self) -> list[tuple[str, Any, Any]]:
+        """(field, before, after) for each field the action set."""
+        return [(key, self.old.get(key), value) for key, value in self.new.items()]
+
+
+class ConfigComment(models.Model):
+    """A comment on a config PR."""
+
+    change = models.ForeignKey(ConfigChange, on_delete=models.CASCADE, related_name="comments")
+    author = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    body = models.TextField(max_length=5000)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.author} on {self.change}"

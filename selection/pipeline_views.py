@@ -1,4 +1,4 @@
-"""Pages of the selection pipeline: a run's live status, and the "enable an operator" action.
+"""Pages of the selection pipeline: a run's live status, the operators and "enable an operator".
 
 Wire them with `path("", include("selection.pipeline_urls"))` (namespace `pipeline`).
 """
@@ -6,6 +6,7 @@ Wire them with `path("", include("selection.pipeline_urls"))` (namespace `pipeli
 from functools import partial
 
 from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
 from django.db import transaction
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -15,9 +16,12 @@ from django_htmx.http import HttpResponseStopPolling
 from crcr_site.lib.access import reviewer_required
 from crcr_site.lib.htmx import HtmxHttpRequest
 from runs.models import Backend
-from selection import pipeline
-from selection.forms_pipeline import EnableOperatorForm
-from selection.models import SelectionRun
+from selection import operators, pipeline
+from selection.capabilities import known_for_backend
+from selection.forms_pipeline import EnableOperatorForm, OperatorFilterForm
+from selection.models import OpUsage, SelectionRun
+
+OPERATORS_PER_PAGE = 50
 
 
 @login_required
@@ -45,3 +49,29 @@ def operator_enable(request: HtmxHttpRequest) -> HttpResponse:
     )
     transaction.on_commit(partial(enable_operator.delay, run.pk))
     return redirect("pipeline:selectionrun_detail", uuid=run.uuid)
+
+
+@login_required
+def operator_list(request: HtmxHttpRequest) -> HttpResponse:
+    form = OperatorFilterForm(request.GET)
+    chosen = form.cleaned_data if form.is_valid() else {}
+    backend = chosen.get("backend") or Backend.objects.order_by("slug").first()
+    capabilities = (
+        known_for_backend(pipeline.current_config(backend), backend.device_module)
+        if backend
+        else None
+    )
+    rows = operators.packets(chosen.get("q", ""), chosen.get("show", ""), capabilities)
+    page = Paginator(rows, OPERATORS_PER_PAGE).get_page(request.GET.get("page"))
+    context = {
+        "form": form,
+        "backend": backend,
+        "capabilities": capabilities,
+        "page": page,
+        "operators": [operators.describe(row, capabilities) for row in page],
+        "index_empty": not OpUsage.objects.exists(),
+        "nav": "operators",
+    }
+    if request.htmx:
+        return render(request, "selection/operator_list.html#operators", context)
+    return render(request, "selection/operator_list.html", context)

@@ -1,49 +1,109 @@
+"""The review queue: filter, sort and page proposals; approve, reject or edit them inline.
+
+Config PR pages are in `configpr_views.py`.
+"""
+
+from urllib.parse import urlencode
+
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.db.models import Count
-from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
+from django.core.paginator import Paginator
+from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, QueryDict
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from crcr_site.lib.access import reviewer_required
-from selection.forms import ReviewForm
-from selection.models import ConfigChange, OpUsage, Proposal
+from crcr_site.lib.htmx import HtmxHttpRequest
+from selection import configprs, review
+from selection.forms import ProposalEditForm, QueueFilterForm, ReviewForm
+from selection.models import Proposal
+
+PAGE_SIZE = 25
 
 
 @login_required
-def proposal_list(request: HttpRequest) -> HttpResponse:
-    proposals = Proposal.objects.order_by("status", "file_path", "class_name", "test_name")[:100]
-    return render(
-        request, "selection/proposal_list.html", {"proposals": proposals, "nav": "review"}
-    )
+def proposal_list(request: HtmxHttpRequest) -> HttpResponse:
+    form = QueueFilterForm(request.GET)
+    valid = form.is_valid()
+    proposals = Proposal.objects.select_related("reviewer", "config_change")
+    proposals = form.filter(proposals) if valid else proposals.none()
+    context = {
+        "form": form,
+        "page": Paginator(proposals, PAGE_SIZE).get_page(request.GET.get("page")),
+        "filters": _filters(request.GET),
+        "ready": configprs.ready(),
+        "nav": "review",
+    }
+    template = "selection/proposal_list.html" + ("#queue" if request.htmx else "")
+    return render(request, template, context, status=200 if valid else 400)
+
+
+def _filters(data: QueryDict) -> str:
+    """The query string of the current filters, without the page number."""
+    query = data.copy()
+    query.pop("page", None)
+    return query.urlencode()
+
+
+@login_required
+def proposal_detail(request: HtmxHttpRequest, uuid: str) -> HttpResponse:
+    proposal = get_object_or_404(Proposal.objects.select_related("backend"), uuid=uuid)
+    if request.htmx:  # "cancel" of an inline edit: the row again
+        return render(request, "selection/proposal_list.html#row", {"proposal": proposal})
+    events = proposal.events.select_related("actor")
+    context = {"proposal": proposal, "events": events, "nav": "review"}
+    return render(request, "selection/proposal_detail.html", context)
 
 
 @require_POST
 @reviewer_required
-def proposal_review(request: HttpRequest, uuid: str) -> HttpResponse:
-    proposal = get_object_or_404(Proposal, uuid=uuid)
+def proposal_review(request: HtmxHttpRequest, uuid: str) -> HttpResponse:
+    proposal = get_object_or_404(Proposal.objects.select_related("backend"), uuid=uuid)
     form = ReviewForm(request.POST)
     if not form.is_valid():
         return HttpResponseBadRequest(form.errors.as_text())
-    proposal.review(request.user, approve=form.cleaned_data["decision"] == "approve")
+    try:
+        review.decide(proposal, request.user, approve=form.cleaned_data["decision"] == "approve")
+    except review.ReviewError as error:
+        return HttpResponse(str(error), status=409, content_type="text/plain")
+    if request.htmx:
+        return render(request, "selection/proposal_list.html#row", {"proposal": proposal})
     return redirect("selection:proposal_list")
 
 
-@login_required
-def configchange_list(request: HttpRequest) -> HttpResponse:
-    changes = ConfigChange.objects.select_related("backend", "base").order_by("-created_at")[:100]
-    return render(
-        request, "selection/configchange_list.html", {"changes": changes, "nav": "config"}
+@reviewer_required
+def proposal_edit(request: HtmxHttpRequest, uuid: str) -> HttpResponse:
+    proposal = get_object_or_404(Proposal.objects.select_related("backend"), uuid=uuid)
+    if request.method == "POST":
+        form = ProposalEditForm(request.POST)
+        if not form.is_valid():
+            return HttpResponseBadRequest(form.errors.as_text())
+        try:
+            review.edit(proposal, request.user, **form.cleaned_data)
+        except review.ReviewError as error:
+            return HttpResponse(str(error), status=409, content_type="text/plain")
+        if request.htmx:
+            return render(request, "selection/proposal_list.html#row", {"proposal": proposal})
+        return redirect("selection:proposal_detail", uuid=proposal.uuid)
+    form = ProposalEditForm(initial={"mode": proposal.mode, "reason": proposal.reason})
+    context = {"proposal": proposal, "edit_form": form, "nav": "review"}
+    template = (
+        "selection/proposal_list.html#edit-row" if request.htmx else "selection/proposal_edit.html"
     )
+    return render(request, template, context)
 
 
-@login_required
-def operator_list(request: HttpRequest) -> HttpResponse:
-    operators = (
-        OpUsage.objects.filter(is_helper=False)
-        .values("op")
-        .annotate(tests=Count("id"))
-        .order_by("op")[:500]
-    )
-    return render(
-        request, "selection/operator_list.html", {"operators": operators, "nav": "operators"}
-    )
+@require_POST
+@reviewer_required
+def proposal_bulk(request: HttpRequest) -> HttpResponse:
+    """Approve or reject every proposal the posted filters match, on every page."""
+    form, decision = QueueFilterForm(request.POST), ReviewForm(request.POST)
+    if not (form.is_valid() and decision.is_valid()):
+        return HttpResponseBadRequest(form.errors.as_text() + decision.errors.as_text())
+    approve = decision.cleaned_data["decision"] == "approve"
+    count = review.decide_all(form.filter(Proposal.objects.all()), request.user, approve)
+    verb = "approved" if approve else "rejected"
+    messages.success(request, f"{count} proposal{'s' if count != 1 else ''} {verb}.")
+    query = {k: v for k, v in form.cleaned_data.items() if v}
+    return redirect(reverse("selection:proposal_list") + "?" + urlencode(query))

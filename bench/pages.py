@@ -1,0 +1,125 @@
+"""Server time of a filtered review-queue page with 20,000 proposals, against a trivial page.
+
+Migrates the database named by DATABASE_URL (else a fresh SQLite file), fills one
+backend with 20,000 proposals (bulk_create), then times, in this process through
+Django's full request stack (middleware, session, view, template), a reviewer's
+GET of the queue filtered by file, status and operator, newest first, page 2, and a
+GET /api/whoami/ (token check and one query: the trivial page), interleaved.
+Prints p50/p99 of each and the p50 ratio. Target: ratio <= 5.
+
+    .venv/bin/python bench/pages.py [--proposals 20000] [--count 200]
+"""
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+TARGET = 5.0
+FILTERED = "/review/?backend=bench-pages&file=test/test_file_3.py&status=pending&op=lgamma&sort=newest&page=2"
+TRIVIAL = "/api/whoami/"
+
+
+def environment(workdir: Path) -> None:
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "crcr_site.settings")
+    os.environ["CRCR_VAR_DIR"] = str(workdir)
+    os.environ.setdefault("DEBUG", "true")
+    os.environ["LOG_LEVEL"] = "WARNING"
+    os.environ.setdefault("DATABASE_URL", f"sqlite:///{workdir / 'bench.sqlite3'}")
+
+
+def fill(count: int) -> tuple[Any, str]:
+    """A reviewer and a token; the bench backend's queue replaced by `count` proposals."""
+    from django.contrib.auth import get_user_model
+    from django.contrib.auth.models import Group
+    from rest_framework.authtoken.models import Token
+
+    from runs.models import Backend
+    from selection.models import Proposal
+
+    backend, _ = Backend.objects.get_or_create(
+        slug="bench-pages",
+        defaults={"name": "bench", "device_module": "selection.reuse.reference_device",
+                  "repository": "bench/bench"},
+    )  # fmt: skip
+    Proposal.objects.filter(backend=backend).delete()
+    files = [f"test/test_file_{n}.py" for n in range(20)]
+    Proposal.objects.bulk_create(
+        (
+            Proposal(
+                backend=backend, file_path=files[n % 20], class_name=f"TestClass{n % 7}",
+                test_name=f"test_{n}", mode=Proposal.Mode.SKIP,
+                reason=f"needs an operator the device lacks ({n})",
+                evidence={"unsupported_ops": ["lgamma.default" if n % 3 else "add.Tensor"],
+                          "waiting_on": ["lgamma" if n % 3 else "add"], "ops_under_test": 3},
+                stage=Proposal.Stage.CLASSIFY,
+                status=Proposal.Status.APPROVED if n % 5 == 0 else Proposal.Status.PENDING,
+            )
+            for n in range(count)
+        ),
+        batch_size=2000,
+    )  # fmt: skip
+    user, _ = get_user_model().objects.get_or_create(username="bench-reviewer")
+    user.groups.add(Group.objects.get_or_create(name="reviewer")[0])
+    return user, Token.objects.get_or_create(user=user)[0].key
+
+
+def timed(client: object, path: str, **headers: str) -> float:
+    started = time.perf_counter()
+    response = client.get(path, **headers)  # type: ignore[attr-defined]
+    elapsed = time.perf_counter() - started
+    if response.status_code != 200:
+        raise SystemExit(f"GET {path} answered {response.status_code}")
+    return elapsed
+
+
+def percentile(samples: list[float], fraction: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--proposals", type=int, default=20_000)
+    parser.add_argument("--count", type=int, default=200)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="crcr-bench-") as tmp:
+        environment(Path(tmp))
+        import django
+
+        django.setup()
+        from django.core.management import call_command
+        from django.test import Client
+
+        call_command("migrate", "--no-input", verbosity=0)
+        user, token = fill(args.proposals)
+        client = Client()
+        client.force_login(user)
+        queue, trivial = [], []
+        for index in range(args.count + 20):
+            page = timed(client, FILTERED)
+            base = timed(client, TRIVIAL, HTTP_AUTHORIZATION=f"Token {token}")
+            if index >= 20:  # the first 20 of each warm caches and connections up
+                queue.append(page)
+                trivial.append(base)
+    ratio = statistics.median(queue) / statistics.median(trivial)
+    database = os.environ["DATABASE_URL"].split(":")[0]
+    print(f"{args.proposals:,} proposals, {args.count} requests each, database {database}")
+    print(f"{'page':<36}{'p50 ms':>10}{'p99 ms':>10}")
+    for name, samples in (("GET " + FILTERED.split("?")[0] + " (filtered)", queue),
+                          ("GET " + TRIVIAL, trivial)):  # fmt: skip
+        print(
+            f"{name:<36}{percentile(samples, 0.5) * 1e3:>10.2f}{percentile(samples, 0.99) * 1e3:>10.2f}"
+        )
+    print(f"queue p50 / trivial p50 = {ratio:.2f} (target <= {TARGET})")
+    return 0 if ratio <= TARGET else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,147 @@
+"""Config PR pages: the list, a change's diff and its approve / merge / rebase actions,
+and a merged version's YAML and patch downloads. The rules live in `configprs`."""
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
+from django.shortcuts import get_object_or_404, redirect, render
+from django.utils.safestring import SafeString, mark_safe
+from django.views.decorators.http import require_POST
+from pygments import highlight
+from pygments.formatters import HtmlFormatter
+from pygments.lexers import DiffLexer
+
+from crcr_site.lib.access import reviewer_required
+from runs.models import Backend
+from selection import configprs
+from selection.forms import ConfigApprovalForm, ConfigCommentForm, OpenChangeForm
+from selection.models import ConfigChange, ConfigVersion
+
+
+@login_required
+def configchange_list(request: HttpRequest) -> HttpResponse:
+    changes = ConfigChange.objects.select_related("backend", "base", "author", "merged_version")
+    context = {"changes": changes[:100], "ready": configprs.ready(), "nav": "config"}
+    return render(request, "selection/configchange_list.html", context)
+
+
+@require_POST
+@reviewer_required
+def configchange_create(request: HttpRequest) -> HttpResponse:
+    form = OpenChangeForm(request.POST)
+    if not form.is_valid():
+        return HttpResponseBadRequest(form.errors.as_text())
+    backend = get_object_or_404(Backend, slug=form.cleaned_data["backend"])
+    try:
+        change = configprs.open_change(backend, request.user)
+    except configprs.ChangeError as error:
+        return HttpResponseBadRequest(str(error))
+    if change is None:
+        messages.info(request, f"{backend.name} has no approved proposals outside a config PR.")
+        return redirect("selection:configchange_list")
+    return redirect("selection:configchange_detail", uuid=change.uuid)
+
+
+def highlighted(diff: str) -> SafeString:
+    """The diff as HTML; Pygments escapes every character of the input."""
+    html = highlight(diff, DiffLexer(), HtmlFormatter(noclasses=True))
+    return mark_safe(html)  # noqa: S308 - Pygments' output, escaped above
+
+
+@login_required
+def configchange_detail(request: HttpRequest, uuid: str) -> HttpResponse:
+    change = get_object_or_404(
+        ConfigChange.objects.select_related("backend", "base", "author", "merged_version"),
+        uuid=uuid,
+    )
+    diff = configprs.change_diff(change)
+    context = {
+        "change": change,
+        "diff": highlighted(diff) if diff else "",
+        "proposals": change.proposals.select_related("reviewer"),
+        "conflicts": configprs.conflicts(change),
+        "approvals": change.approvals.select_related("reviewer"),
+        "comments": change.comments.select_related("author"),
+        "approval_refused": configprs.may_approve(change, request.user),
+        "stale": configprs.is_stale(change),
+        "nav": "config",
+    }
+    return render(request, "selection/configchange_detail.html", context)
+
+
+def _act(request: HttpRequest, uuid: str) -> tuple[ConfigChange, HttpResponse]:
+    change = get_object_or_404(ConfigChange.objects.select_related("backend", "base"), uuid=uuid)
+    return change, redirect("selection:configchange_detail", uuid=change.uuid)
+
+
+@require_POST
+@reviewer_required
+def configchange_approve(request: HttpRequest, uuid: str) -> HttpResponse:
+    change, back = _act(request, uuid)
+    form = ConfigApprovalForm(request.POST)
+    if not form.is_valid():
+        return HttpResponseBadRequest(form.errors.as_text())
+    try:
+        configprs.approve(change, request.user, form.cleaned_data["comment"])
+    except configprs.ChangeError as error:
+        messages.error(request, f"Not approved: {error}.")
+    else:
+        messages.success(request, "Approved.")
+    return back
+
+
+@require_POST
+@reviewer_required
+def configchange_comment(request: HttpRequest, uuid: str) -> HttpResponse:
+    change, back = _act(request, uuid)
+    form = ConfigCommentForm(request.POST)
+    if not form.is_valid():
+        return HttpResponseBadRequest(form.errors.as_text())
+    change.comments.create(author=request.user, body=form.cleaned_data["body"])  # type: ignore[misc]
+    return back
+
+
+@require_POST
+@reviewer_required
+def configchange_merge(request: HttpRequest, uuid: str) -> HttpResponse:
+    change, back = _act(request, uuid)
+    try:
+        version = configprs.merge(change, request.user)
+    except configprs.ChangeError as error:
+        messages.error(request, f"Not merged: {error}.")
+        return back
+    messages.success(request, f"Merged as {change.backend.name} config v{version.number}.")
+    return back
+
+
+@require_POST
+@reviewer_required
+def configchange_rebase(request: HttpRequest, uuid: str) -> HttpResponse:
+    change, back = _act(request, uuid)
+    try:
+        conflicts = configprs.rebase(change, request.user)
+    except configprs.ChangeError as error:
+        messages.error(request, f"Not rebased: {error}.")
+        return back
+    note = f" {len(conflicts)} conflict(s): see below." if conflicts else ""
+    messages.success(request, f"Rebased; approve the new diff again.{note}")
+    return back
+
+
+@login_required
+def configversion_yaml(request: HttpRequest, uuid: str) -> HttpResponse:
+    version = get_object_or_404(ConfigVersion, uuid=uuid)
+    response = HttpResponse(version.yaml_text, content_type="application/yaml; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="{configprs.FILE_NAME}"'
+    return response
+
+
+@login_required
+def configversion_patch(request: HttpRequest, uuid: str) -> HttpResponse:
+    version = get_object_or_404(
+        ConfigVersion.objects.select_related("backend", "parent", "created_by"), uuid=uuid
+    )
+    response = HttpResponse(configprs.patch(version), content_type="text/x-patch; charset=utf-8")
+    name = f"crcr-config-v{version.number}.patch"
+    response["Content-Disposition"] = f'attachment; filename="{name}"'
+    return response

@@ -1,0 +1,301 @@
+"""Config PRs: approved proposals become a reviewed diff of the YAML config, then a version.
+
+- `open_change()` gathers a backend's approved proposals that no change holds yet
+  into a `ConfigChange` against the backend's latest `ConfigVersion`: the
+  proposed text is `configwriter.apply(base, decisions)`, reasons as comments.
+- `approve()` records a reviewer's approval; with `CRCR_FORBID_SELF_APPROVAL`
+  the author may not approve their own change while another reviewer exists.
+- `merge()` turns an approved change into version base+1, only while its base
+  is still the backend's latest version; otherwise the change is marked
+  `needs_rebase` and nothing is applied.
+- `rebase()` regenerates the proposed text on the latest version from the
+  change's proposals; approvals are dropped (they approved another text) and
+  `conflicts()` names tests whose entry in the new base differs from the proposal.
+- `unified_diff()` and `patch()` render a change or a merged version as text.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from email.utils import format_datetime
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.db import IntegrityError, transaction
+from django.db.models import OuterRef, Q, Subquery
+from django.utils import timezone
+
+from crcr_site.lib.access import ADMIN, REVIEWER
+from runs.models import Backend
+from selection import configwriter
+from selection.models import ConfigApproval, ConfigChange, ConfigVersion, Proposal
+from selection.pipeline import explicit_entries
+
+FILE_NAME = "crcr-config.yaml"
+EMPTY_CONFIG = "test_suite_config:\n  files: []\n"
+
+
+class ChangeError(Exception):
+    """The change cannot take this action; the message says why and what to do."""
+
+
+class NeedsRebase(ChangeError):
+    """The backend got a newer config version since the change was opened."""
+
+
+@dataclass(frozen=True)
+class Conflict:
+    """A proposal whose test already has a different explicit entry in the change's base."""
+
+    proposal: Proposal
+    mode: str
+    edits: dict[str, Any]
+
+
+def latest_version(backend: Backend) -> ConfigVersion | None:
+    return ConfigVersion.objects.filter(backend=backend).order_by("-number").first()
+
+
+def decisions_of(proposals: Any) -> list[configwriter.Decision]:
+    return [
+        configwriter.Decision(
+            p.file_path, p.class_name, p.test_name, mode=p.mode, reason=p.reason, edits=p.edits
+        )
+        for p in proposals
+    ]
+
+
+def _proposed_text(base: ConfigVersion, proposals: list[Proposal]) -> str:
+    try:
+        return configwriter.apply(base.yaml_text, decisions_of(proposals))
+    except configwriter.ConfigWriteError as error:
+        raise ChangeError(
+            f"the decisions cannot be written into v{base.number}: {error}"
+        ) from error
+
+
+@transaction.atomic
+def open_change(backend: Backend, author: Any) -> ConfigChange | None:
+    """A config PR of the backend's approved proposals not yet in a change; None if there are none."""
+    # Lock the backend row: two reviewers opening changes at once get one each, not overlapping.
+    Backend.objects.select_for_update().get(pk=backend.pk)
+    proposals = list(
+        Proposal.objects.filter(
+            backend=backend, status=Proposal.Status.APPROVED, config_change__isnull=True
+        ).order_by("file_path", "class_name", "test_name")
+    )
+    if not proposals:
+        return None
+    base = latest_version(backend)
+    if base is None:  # a backend without a config yet starts from the empty one
+        base = ConfigVersion.objects.create(
+            backend=backend, number=1, yaml_text=EMPTY_CONFIG,
+            sha256=ConfigVersion.hash_text(EMPTY_CONFIG), message="empty config",
+        )  # fmt: skip
+    count = len(proposals)
+    change = ConfigChange.objects.create(
+        backend=backend,
+        title=f"{count} approved decision{'s' if count != 1 else ''} for {backend.name}",
+        base=base,
+        proposed_text=_proposed_text(base, proposals),
+        author=author,
+    )
+    # Conditional: a proposal re-reviewed meanwhile stays out (the text would not match it).
+    taken = Proposal.objects.filter(
+        pk__in=[p.pk for p in proposals],
+        status=Proposal.Status.APPROVED,
+        config_change__isnull=True,
+    ).update(config_change=change)
+    if taken != count:
+        raise ChangeError("proposals changed while the config PR was being opened; try again")
+    return change
+
+
+def ready() -> list[Backend]:
+    """Backends with approved proposals that wait for a config PR."""
+    waiting = Proposal.objects.filter(
+        backend=OuterRef("pk"), status=Proposal.Status.APPROVED, config_change__isnull=True
+    )
+    # A correlated LIMIT 1 per backend stops at the first row of the (backend, status)
+    # index however long the queue is (EXISTS would let the planner scan every proposal).
+    first = Subquery(waiting.values("pk")[:1])
+    return list(Backend.objects.alias(first=first).filter(first__isnull=False).order_by("slug"))
+
+
+def is_stale(change: ConfigChange) -> bool:
+    """An open change whose base is no longer the backend's latest version."""
+    if change.status not in (ConfigChange.Status.OPEN, ConfigChange.Status.NEEDS_REBASE):
+        return False
+    latest = latest_version(change.backend)
+    return latest is not None and latest.pk != change.base_id
+
+
+def reviewers_count() -> int:
+    users = get_user_model().objects.filter(is_active=True)
+    return (
+        users.filter(Q(is_superuser=True) | Q(groups__name__in=[REVIEWER, ADMIN]))
+        .distinct()
+        .count()
+    )
+
+
+def may_approve(change: ConfigChange, user: Any) -> str | None:
+    """None when the user may approve the change, else why not."""
+    if change.status != ConfigChange.Status.OPEN:
+        return f"this config PR is {change.get_status_display()}"
+    if settings.CRCR_FORBID_SELF_APPROVAL and change.author_id == user.pk and reviewers_count() > 1:
+        return "you opened this config PR: another reviewer must approve it"
+    return None
+
+
+def approve(change: ConfigChange, user: Any, comment: str = "") -> ConfigApproval:
+    refusal = may_approve(change, user)
+    if refusal:
+        raise ChangeError(refusal)
+    approval, _ = ConfigApproval.objects.update_or_create(
+        change=change, reviewer=user, defaults={"comment": comment}
+    )
+    return approval
+
+
+def merge(change: ConfigChange, user: Any) -> ConfigVersion:
+    """The change as the backend's next version, or NeedsRebase when its base is stale.
+
+    1. lock the backend row: merges for one backend run one at a time;
+    2. refuse a change that is not open or not approved;
+    3. compare the base with the latest version; stale -> `needs_rebase`, nothing applied;
+    4. create version base+1 (unique per backend: a racing merge cannot reuse the number),
+       mark the change merged and its proposals merged.
+    """
+    try:
+        with transaction.atomic():
+            Backend.objects.select_for_update().get(pk=change.backend_id)
+            change = ConfigChange.objects.select_related("base").get(pk=change.pk)
+            if change.status == ConfigChange.Status.NEEDS_REBASE:
+                raise NeedsRebase("the config changed since this PR was opened: rebase it")
+            if change.status != ConfigChange.Status.OPEN:
+                raise ChangeError(f"this config PR is {change.get_status_display()}")
+            if not change.approvals.exists():
+                raise ChangeError("this config PR needs a reviewer's approval before it is merged")
+            latest = latest_version(change.backend)
+            if latest is not None and latest.pk != change.base_id:
+                raise NeedsRebase(
+                    f"v{latest.number} was merged since this PR was opened on "
+                    f"v{change.base.number}: rebase it, check the diff again and have it approved"
+                )
+            return _merge_into_next(change, user)
+    except NeedsRebase:
+        # Conditional update, after the merge's rollback: only an open change becomes stale.
+        ConfigChange.objects.filter(pk=change.pk, status=ConfigChange.Status.OPEN).update(
+            status=ConfigChange.Status.NEEDS_REBASE
+        )
+        raise
+
+
+def _merge_into_next(change: ConfigChange, user: Any) -> ConfigVersion:
+    now = timezone.now()
+    try:
+        with transaction.atomic():
+            version = ConfigVersion.objects.create(
+                backend=change.backend, number=change.base.number + 1, parent=change.base,
+                yaml_text=change.proposed_text, sha256=ConfigVersion.hash_text(change.proposed_text),
+                message=change.title, created_by=user, created_at=now,
+            )  # fmt: skip
+    except IntegrityError as error:  # the backend lock makes this rare; the constraint decides
+        raise NeedsRebase("another config PR was merged first: rebase this one") from error
+    # Conditional update: a change merged twice at once is merged once.
+    if not ConfigChange.objects.filter(pk=change.pk, status=ConfigChange.Status.OPEN).update(
+        status=ConfigChange.Status.MERGED, merged_version=version, merged_at=now
+    ):
+        raise ChangeError("this config PR was merged or closed meanwhile")
+    change.proposals.update(status=Proposal.Status.MERGED)
+    return version
+
+
+@transaction.atomic
+def rebase(change: ConfigChange, user: Any) -> list[Conflict]:
+    """Regenerate the change on the backend's latest version; returns its conflicts."""
+    Backend.objects.select_for_update().get(pk=change.backend_id)
+    change = ConfigChange.objects.get(pk=change.pk)
+    if change.status not in (ConfigChange.Status.OPEN, ConfigChange.Status.NEEDS_REBASE):
+        raise ChangeError(f"this config PR is {change.get_status_display()}")
+    latest = latest_version(change.backend)
+    if latest is None or latest.pk == change.base_id:
+        raise ChangeError("this config PR is already on the latest config version")
+    proposals = list(change.proposals.order_by("file_path", "class_name", "test_name"))
+    change.base = latest
+    change.proposed_text = _proposed_text(latest, proposals)
+    change.status = ConfigChange.Status.OPEN
+    change.save(update_fields=["base", "proposed_text", "status"])
+    # The approvals were for the old text.
+    change.approvals.all().delete()
+    return conflicts(change)
+
+
+def conflicts(change: ConfigChange) -> list[Conflict]:
+    """Proposals whose test has another explicit entry in the base: merging replaces it."""
+    written = explicit_entries(change.base.yaml_text)
+    out = []
+    for proposal in change.proposals.order_by("file_path", "class_name", "test_name"):
+        name = (
+            f"{proposal.class_name}::{proposal.test_name}"
+            if proposal.class_name
+            else proposal.test_name
+        )
+        entry = written.get((proposal.file_path, name))
+        if entry is not None and (entry[0], entry[1] or {}) != (
+            proposal.mode,
+            proposal.edits or {},
+        ):
+            out.append(Conflict(proposal, entry[0], entry[1]))
+    return out
+
+
+def unified_diff(old: str, new: str, old_name: str, new_name: str) -> list[str]:
+    """diff -u lines, each ending in a newline; a last line without one is marked as git does."""
+    lines = list(
+        difflib.unified_diff(
+            old.splitlines(keepends=True), new.splitlines(keepends=True), old_name, new_name
+        )
+    )
+    return [
+        line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines
+    ]
+
+
+def change_diff(change: ConfigChange) -> str:
+    return "".join(
+        unified_diff(
+            change.base.yaml_text, change.proposed_text, f"a/{FILE_NAME}", f"b/{FILE_NAME}"
+        )
+    )
+
+
+def patch(version: ConfigVersion) -> str:
+    """The version as a git-format patch against its parent's file (`git am` / `git apply`)."""
+    parent_text = version.parent.yaml_text if version.parent else ""
+    old_name = f"a/{FILE_NAME}" if version.parent else "/dev/null"
+    body = unified_diff(parent_text, version.yaml_text, old_name, f"b/{FILE_NAME}")
+    added = sum(1 for line in body[2:] if line.startswith("+"))
+    removed = sum(1 for line in body[2:] if line.startswith("-"))
+    author = version.created_by
+    name = (author.get_full_name() or author.username) if author else "crcr"
+    email = author.email if author and author.email else "crcr@localhost"
+    subject = version.message or f"config v{version.number}"
+    header = [
+        f"From {version.sha256[:40]} Mon Sep 17 00:00:00 2001\n",
+        f"From: {name} <{email}>\n",
+        f"Date: {format_datetime(version.created_at)}\n",
+        f"Subject: [PATCH] {version.backend.name} config v{version.number}: {subject}\n",
+        "\n",
+        "---\n",
+        f" {FILE_NAME} | {added + removed} {'+' * added}{'-' * removed}\n",
+        f" 1 file changed, {added} insertions(+), {removed} deletions(-)\n",
+        "\n",
+        f"diff --git a/{FILE_NAME} b/{FILE_NAME}\n",
+    ]
+    if version.parent is None:
+        header.append("new file mode 100644\n")
+    return "".join(header + body) + "-- \ncrcr\n"

@@ -1,0 +1,200 @@
+"""The review queue: filters, inline actions with and without htmx, bulk actions, its cost."""
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
+
+from selection import configprs
+from selection.models import Proposal, ProposalEvent
+from selection.views import PAGE_SIZE
+from tests.factories import make_backend, make_config, make_proposal, make_user
+
+pytestmark = pytest.mark.django_db
+
+HTMX = {"HTTP_HX_REQUEST": "true"}
+
+
+def waiting_on(op):
+    return {"unsupported_ops": [f"{op}.default"], "waiting_on": [op], "ops_under_test": 2}
+
+
+@pytest.fixture
+def backend():
+    backend = make_backend()
+    make_config(backend)
+    return backend
+
+
+@pytest.fixture
+def rita(client):
+    user = make_user("rita", "reviewer")
+    client.force_login(user)
+    return user
+
+
+def queue(client, **filters):
+    return client.get(reverse("selection:proposal_list"), filters)
+
+
+def test_the_op_filter_shows_only_tests_that_name_the_op(client, backend, rita):
+    make_proposal(backend, test_name="test_lgamma_one", evidence=waiting_on("lgamma"))
+    make_proposal(backend, test_name="test_add_one", evidence=waiting_on("add"))
+    make_proposal(backend, test_name="test_addmm_one", evidence=waiting_on("addmm"))
+    body = queue(client, op="add").content.decode()
+    assert "test_add_one" in body
+    assert "test_addmm_one" not in body and "test_lgamma_one" not in body
+    assert "1 proposal matches" in body
+
+
+def test_filters_combine_and_free_text_searches_reasons(client, backend, rita):
+    make_proposal(backend, test_name="test_a", mode="skip", reason="needs a vendor kernel")
+    make_proposal(backend, test_name="test_b", mode="xfail", reason="needs a vendor kernel")
+    make_proposal(backend, test_name="test_c", mode="skip", reason="CPU only")
+    body = queue(client, q="vendor", mode="skip").content.decode()
+    assert "test_a" in body and "test_b" not in body and "test_c" not in body
+
+
+def test_a_bad_filter_is_a_400_naming_it(client, backend, rita):
+    make_proposal(backend)
+    response = queue(client, status="sort-of-approved")
+    assert response.status_code == 400
+    assert "status" in response.content.decode()
+    assert "test_contiguous_self" not in response.content.decode()
+
+
+def test_the_queue_shows_evidence_and_escapes_it(client, backend, rita):
+    evidence = {
+        "unsupported_ops": ["lgamma.default"],
+        "device": {"variants": 3, "passed": 1, "failed": 2, "failures": [
+            {"category": "unsupported_op", "op": "lgamma.default", "line": "<b>no kernel</b>",
+             "message": "NotImplementedError: Could not run 'aten::lgamma' <script>x</script>"}]},
+    }  # fmt: skip
+    make_proposal(backend, evidence=evidence, reason="<img src=x>", stage="refine")
+    body = queue(client).content.decode()
+    assert "lgamma.default" in body and "stage 4: refined on the device" in body
+    assert "Could not run &#x27;aten::lgamma&#x27; &lt;script&gt;" in body
+    assert "<script>x" not in body and "<img src=x>" not in body and "<b>no kernel" not in body
+
+
+def test_an_htmx_approval_answers_the_row_and_records_who(client, backend, rita):
+    proposal = make_proposal(backend)
+    url = reverse("selection:proposal_review", args=[proposal.uuid])
+    response = client.post(url, {"decision": "approve"}, **HTMX)
+    body = response.content.decode()
+    assert response.status_code == 200 and "<html" not in body
+    assert body.strip().startswith(f'<tr id="proposal-{proposal.uuid}"')
+    assert "approved" in body and "rita" in body
+    event = ProposalEvent.objects.get()
+    assert (event.actor, event.action, event.new) == (rita, "approved", {"status": "approved"})
+
+
+def test_an_inline_edit_changes_mode_and_reason_and_keeps_history(client, backend, rita):
+    proposal = make_proposal(backend, status=Proposal.Status.APPROVED)
+    url = reverse("selection:proposal_edit", args=[proposal.uuid])
+    form = client.get(url, **HTMX).content.decode()
+    assert 'name="reason"' in form and "<html" not in form
+    response = client.post(url, {"mode": "xfail", "reason": "  fails  on bf16 "}, **HTMX)
+    assert "fails on bf16" in response.content.decode()
+    proposal.refresh_from_db()
+    assert (proposal.mode, proposal.reason, proposal.status) == (
+        "xfail",
+        "fails on bf16",
+        "pending",
+    )
+    event = ProposalEvent.objects.get()
+    assert event.old["reason"] == "basic metadata op, fully supported"
+    assert event.new["reason"] == "fails on bf16"
+    detail = client.get(reverse("selection:proposal_detail", args=[proposal.uuid]))
+    assert "rita edited" in detail.content.decode()
+
+
+def test_a_bad_edit_is_a_400_and_changes_nothing(client, backend, rita):
+    proposal = make_proposal(backend)
+    url = reverse("selection:proposal_edit", args=[proposal.uuid])
+    response = client.post(url, {"mode": "sometimes", "reason": "x"}, **HTMX)
+    assert response.status_code == 400 and b"mode" in response.content
+    response = client.post(url, {"mode": "skip", "reason": "   "}, **HTMX)
+    assert response.status_code == 400 and b"reason" in response.content
+    proposal.refresh_from_db()
+    assert proposal.mode == "mandatory_success" and not ProposalEvent.objects.exists()
+
+
+def test_bulk_approval_covers_every_page_of_the_filtered_set_only(client, backend, rita):
+    for n in range(60):
+        make_proposal(backend, test_name=f"test_lgamma_{n}", evidence=waiting_on("lgamma"))
+    other = make_proposal(backend, test_name="test_add", evidence=waiting_on("add"))
+    page = queue(client, op="lgamma").content.decode()
+    assert "Approve all 60 matching" in page and "page 1 of 3" in page  # 25 a page
+    response = client.post(
+        reverse("selection:proposal_bulk"), {"op": "lgamma", "decision": "approve"}, follow=True
+    )
+    assert "60 proposals approved." in response.content.decode()
+    assert Proposal.objects.filter(status="approved", reviewer=rita).count() == 60
+    assert ProposalEvent.objects.filter(bulk=True, actor=rita).count() == 60
+    other.refresh_from_db()
+    assert other.status == Proposal.Status.PENDING
+
+
+def test_a_proposal_in_a_config_pr_is_no_longer_reviewed(client, backend, rita):
+    proposal = make_proposal(backend, status=Proposal.Status.APPROVED)
+    configprs.open_change(backend, rita)
+    url = reverse("selection:proposal_review", args=[proposal.uuid])
+    response = client.post(url, {"decision": "reject"}, **HTMX)
+    assert response.status_code == 409 and b"config PR" in response.content
+    proposal.refresh_from_db()
+    assert proposal.status == Proposal.Status.APPROVED
+
+
+def test_a_viewer_sees_the_queue_without_actions_and_cannot_act(client, backend):
+    proposal = make_proposal(backend)
+    client.force_login(make_user("vera", "viewer"))
+    body = queue(client).content.decode()
+    assert "test_contiguous_self" in body
+    for action in (">Approve<", ">Reject<", ">Edit<", "Approve all", "Open a config PR"):
+        assert action not in body
+    posts = [
+        (reverse("selection:proposal_review", args=[proposal.uuid]), {"decision": "approve"}),
+        (reverse("selection:proposal_edit", args=[proposal.uuid]), {"mode": "skip", "reason": "x"}),
+        (reverse("selection:proposal_bulk"), {"decision": "approve"}),
+    ]
+    for url, data in posts:
+        assert client.post(url, data).status_code == 403
+    proposal.refresh_from_db()
+    assert proposal.status == Proposal.Status.PENDING and proposal.mode == "mandatory_success"
+
+
+def many(backend, count):
+    files = [f"test/test_file_{n}.py" for n in range(20)]
+    Proposal.objects.bulk_create(
+        Proposal(
+            backend=backend, file_path=files[n % 20], class_name=f"TestClass{n % 7}",
+            test_name=f"test_{n}", mode=Proposal.Mode.SKIP, reason=f"reason {n}",
+            evidence=waiting_on("lgamma" if n % 3 else "add"), stage=Proposal.Stage.CLASSIFY,
+            status=Proposal.Status.APPROVED if n % 5 == 0 else Proposal.Status.PENDING,
+        )
+        for n in range(count)
+    )  # fmt: skip
+
+
+FILTERS = {
+    "backend": "acme",
+    "file": "test/test_file_3.py",
+    "status": "pending",
+    "op": "lgamma",
+    "sort": "newest",
+}
+
+
+def test_a_filtered_page_costs_the_same_queries_for_20000_proposals(
+    client, backend, rita, django_assert_max_num_queries
+):
+    many(backend, 100)
+    with CaptureQueriesContext(connection) as small:
+        assert queue(client, **FILTERS).status_code == 200
+    many(backend, 20_000)
+    with django_assert_max_num_queries(len(small.captured_queries)):
+        response = queue(client, **FILTERS, page=2)
+    body = response.content.decode()
+    assert response.status_code == 200 and "page 2 of" in body
+    assert body.count('class="proposal"') == PAGE_SIZE
