@@ -11,18 +11,20 @@ import copy
 import json
 import os
 import secrets
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.db import transaction
 
 from runs import dispatch as intake
+from runs.localgit import PyTorchShapedRepo
 from runs.models import Backend, Dispatch
 from runs.relay_simulator import RelaySimulator
-from selection.models import ConfigVersion
+from selection import configprs, review
+from selection.models import ConfigChange, ConfigVersion, Proposal
 
 DEMO_USERNAME = "demo"
 DEMO_PASSWORD = os.environ.get("CRCR_DEMO_PASSWORD", "crcr-demo")
@@ -92,16 +94,6 @@ def create_demo_user() -> None:
     call_command("create_user", DEMO_USERNAME, role="admin", password=DEMO_PASSWORD)
 
 
-def _git(path: Path, *args: str) -> str:
-    completed = subprocess.run(
-        ["git", "-C", str(path), "-c", "user.name=crcr demo", "-c", "user.email=demo@crcr", *args],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return completed.stdout.strip()
-
-
 def ensure_upstream() -> Path | None:
     """Create the local stand-in clone when CRCR_UPSTREAM points at the default one."""
     kind, _, target = settings.CRCR_UPSTREAM.partition(":")
@@ -110,23 +102,9 @@ def ensure_upstream() -> Path | None:
         return None  # a real clone or GitHub: not ours to create
     if (path / ".git").exists():
         return path
-    path.mkdir(parents=True, exist_ok=True)
-    _git(path, "init", "-q", "-b", "main")
-    _git(path, "commit", "-q", "--allow-empty", "-m", "Initial import")
-    _git(path, "branch", "release/2.14")
-    _git(
-        path,
-        "commit",
-        "-q",
-        "--allow-empty",
-        "-m",
-        f"Make the demo op faster (#{DEMO_PR})\n\n"
-        f"Pull Request resolved: https://github.com/pytorch/pytorch/pull/{DEMO_PR}",
-    )
-    source = _git(path, "rev-parse", "main")
-    _git(path, "checkout", "-q", "-b", "nightly")
-    _git(path, "commit", "-q", "--allow-empty", "-m", f"nightly release ({source})")
-    _git(path, "checkout", "-q", "main")
+    repo = PyTorchShapedRepo(path)
+    repo.commit("release/2.14", "[release/2.14] Bump version")
+    repo.nightly(repo.land(DEMO_PR, title="Make the demo op faster"))
     return path
 
 
@@ -147,3 +125,17 @@ def feed_dispatch(backend: Backend) -> Dispatch:
     received = intake.receive(backend, body, raw, Dispatch.Source.CRCR)
     received.dispatch.refresh_from_db()
     return received.dispatch
+
+
+def open_config_pr(backend: Backend) -> ConfigChange | None:
+    """Approve, as the demo user, what stage 4 verified on the device and gather it
+    into a config PR; the other proposals wait in the review queue. Idempotent."""
+    waiting = backend.config_changes.filter(status=ConfigChange.Status.OPEN).first()
+    if waiting:
+        return waiting
+    user = get_user_model().objects.get(username=DEMO_USERNAME)
+    verified = Proposal.objects.filter(
+        backend=backend, status=Proposal.Status.PENDING, stage=Proposal.Stage.REFINE
+    )
+    review.decide_all(verified, user, approve=True)
+    return configprs.open_change(backend, user)

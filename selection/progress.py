@@ -25,18 +25,21 @@ class Bar:
         self.stage = ""
         self.interactive = hasattr(self.stream, "isatty") and self.stream.isatty()
         self.last = 0.0
+        self.shown: tuple[str, int] = ("", -1)
 
     def __call__(self, stage: str, done: int, total: int) -> None:
         if stage != self.stage:
-            if self.stage:
-                self.stream.write("\n")
+            if self.stage and self.interactive:
+                self.stream.write("\n")  # keep the finished stage's bar on screen
             self.stage = stage
             self.last = 0.0
         now = time.monotonic()
         finished = total and done >= total
-        if not self.interactive and not finished and now - self.last < 5:
-            return  # in logs, a line every few seconds is enough
-        self.last = now
+        if not self.interactive and (
+            (stage, done) == self.shown or (not finished and now - self.last < 5)
+        ):
+            return  # in logs, a line every few seconds, and only when it moved
+        self.last, self.shown = now, (stage, done)
         filled = int(WIDTH * done / total) if total else 0
         bar = "#" * filled + "." * (WIDTH - filled)
         count = f"{done}/{total}" if total else ""

@@ -8,9 +8,9 @@ from django.conf import settings as django_settings
 from reproducibility import bisect
 from reproducibility.models import Bisection
 from runs import executor
+from runs.localgit import PyTorchShapedRepo
 from tests.factories import make_backend, make_config, make_user
 from tests.reproducibility.builders import add_result, make_run
-from tests.upstream_git import UpstreamRepo
 
 pytestmark = pytest.mark.django_db
 
@@ -46,7 +46,7 @@ def tiny_test(expected: str) -> str:
 @pytest.fixture
 def upstream(tmp_path, settings) -> dict[str, str]:
     """good, five commits after it, the third of which breaks test_add; bad is the last."""
-    repo = UpstreamRepo(tmp_path / "pytorch")
+    repo = PyTorchShapedRepo(tmp_path / "pytorch")
     shas = {"good": repo.commit("main", "Add a tiny test (#1)", {
         "pytest.ini": "[pytest]\n", "test/test_tiny.py": tiny_test("2.0")})}  # fmt: skip
     for n, message in enumerate(["Docs (#2)", "Refactor (#3)", "Change add's expectation (#4)",
@@ -108,7 +108,7 @@ def test_without_a_git_checkout_commits_cannot_be_built_and_the_bisect_stops(ups
 
 
 def test_a_commit_the_test_tree_cannot_check_out_stops_the_bisect(upstream, tmp_path, settings):
-    settings.CRCR_TORCH_ROOT = UpstreamRepo(tmp_path / "unrelated-clone").path
+    settings.CRCR_TORCH_ROOT = PyTorchShapedRepo(tmp_path / "unrelated-clone").path
     _, bad = green_and_red(upstream)
     bisection = bisect.run(bisect.start(bad).pk)
     assert bisection.status == Bisection.Status.STOPPED

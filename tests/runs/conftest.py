@@ -5,14 +5,14 @@ from typing import Any
 
 import pytest
 
+from runs.localgit import PyTorchShapedRepo
 from tests.factories import make_backend, make_config, make_token, make_user
-from tests.upstream_git import UpstreamRepo
 
 
 @pytest.fixture
-def upstream(tmp_path, settings) -> UpstreamRepo:
+def upstream(tmp_path, settings) -> PyTorchShapedRepo:
     """A local PyTorch-shaped repository the resolver reads (main, release/2.14, nightly)."""
-    repo = UpstreamRepo(tmp_path / "pytorch")
+    repo = PyTorchShapedRepo(tmp_path / "pytorch")
     repo.commit("release/2.14", "[release/2.14] Bump version")
     repo.commit("main", "Unrelated change (#100)")
     settings.CRCR_UPSTREAM = f"git:{repo.path}"

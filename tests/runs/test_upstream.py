@@ -6,6 +6,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from runs.localgit import PyTorchShapedRepo
 from runs.upstream import (
     GitHubResolver,
     LocalGitResolver,
@@ -13,39 +14,38 @@ from runs.upstream import (
     UpstreamError,
     nightly_source_sha,
 )
-from tests.upstream_git import UpstreamRepo
 
 SOURCE = "0123456789abcdef0123456789abcdef01234567"
 
 
 def test_nightly_resolves_to_the_sha_in_the_head_message(tmp_path):
-    repo = UpstreamRepo(tmp_path / "pytorch")
+    repo = PyTorchShapedRepo(tmp_path / "pytorch")
     repo.nightly("f" * 40)
     repo.nightly(SOURCE)
     assert nightly_source_sha(LocalGitResolver(repo.path)) == SOURCE
 
 
 def test_nightly_without_a_source_sha_is_a_clear_error(tmp_path):
-    repo = UpstreamRepo(tmp_path / "pytorch")
+    repo = PyTorchShapedRepo(tmp_path / "pytorch")
     repo.nightly(None)
     with pytest.raises(UpstreamError, match="names no source commit.*nightly release"):
         nightly_source_sha(LocalGitResolver(repo.path))
 
 
 def test_a_missing_branch_is_a_clear_error(tmp_path):
-    repo = UpstreamRepo(tmp_path / "pytorch")
+    repo = PyTorchShapedRepo(tmp_path / "pytorch")
     with pytest.raises(UpstreamError, match="release/9.9.*does not exist"):
         LocalGitResolver(repo.path).branch_head("release/9.9")
 
 
 def test_a_branch_crcr_does_not_build_is_refused(tmp_path):
-    repo = UpstreamRepo(tmp_path / "pytorch")
+    repo = PyTorchShapedRepo(tmp_path / "pytorch")
     with pytest.raises(UpstreamError, match="not a branch crcr builds"):
         LocalGitResolver(repo.path).branch_head("--upload-pack=evil")
 
 
 def test_a_landed_pr_is_found_by_its_merge_bot_trailer(tmp_path):
-    repo = UpstreamRepo(tmp_path / "pytorch")
+    repo = PyTorchShapedRepo(tmp_path / "pytorch")
     repo.land(77)
     resolver = LocalGitResolver(repo.path)
     assert resolver.pr_landed(77, "main")
@@ -54,7 +54,7 @@ def test_a_landed_pr_is_found_by_its_merge_bot_trailer(tmp_path):
 
 
 def test_commits_between_two_shas_are_listed_oldest_first(tmp_path):
-    repo = UpstreamRepo(tmp_path / "pytorch")
+    repo = PyTorchShapedRepo(tmp_path / "pytorch")
     good = repo.head("main")
     shas = [repo.land(n) for n in (1, 2, 3)]
     assert LocalGitResolver(repo.path).commits_between(good, shas[-1]) == shas

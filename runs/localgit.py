@@ -1,10 +1,14 @@
-"""A small local git repository shaped like PyTorch's branches, for resolver tests."""
+"""A local git repository shaped like PyTorch's branches (main, release/x.y, nightly).
+
+The demo's stand-in for a PyTorch clone, which the local-git resolver reads, and
+the tests' upstream.
+"""
 
 import subprocess
 from pathlib import Path
 
 
-class UpstreamRepo:
+class PyTorchShapedRepo:
     def __init__(self, path: Path) -> None:
         self.path = path
         path.mkdir(parents=True, exist_ok=True)
@@ -34,11 +38,11 @@ class UpstreamRepo:
         self._git("commit", "-q", "--allow-empty", "-m", message)
         return self.head(branch)
 
-    def land(self, number: int, branch: str = "main") -> str:
+    def land(self, number: int, branch: str = "main", title: str = "Fix something") -> str:
         """A commit as PyTorch's merge bot lands PR `number`."""
         return self.commit(
             branch,
-            f"Fix something (#{number})\n\n"
+            f"{title} (#{number})\n\n"
             f"Pull Request resolved: https://github.com/pytorch/pytorch/pull/{number}\n",
         )
 
