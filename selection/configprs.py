@@ -119,8 +119,9 @@ def ready() -> list[Backend]:
         backend=OuterRef("pk"), status=Proposal.Status.APPROVED, config_change__isnull=True
     )
     # A correlated LIMIT 1 per backend stops at the first row of the (backend, status)
-    # index however long the queue is (EXISTS would let the planner scan every proposal).
-    first = Subquery(waiting.values("pk")[:1])
+    # index however long the queue is (EXISTS would let the planner scan every proposal);
+    # unordered, or Proposal's default ordering would sort every approved proposal first.
+    first = Subquery(waiting.order_by().values("pk")[:1])
     return list(Backend.objects.alias(first=first).filter(first__isnull=False).order_by("slug"))
 
 

@@ -7,7 +7,6 @@ from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, QueryDict
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -15,6 +14,7 @@ from django.views.decorators.http import require_POST
 
 from crcr_site.lib.access import reviewer_required
 from crcr_site.lib.htmx import HtmxHttpRequest
+from crcr_site.lib.paging import page_of
 from selection import configprs, review
 from selection.forms import ProposalEditForm, QueueFilterForm, ReviewForm
 from selection.models import Proposal
@@ -26,11 +26,11 @@ PAGE_SIZE = 25
 def proposal_list(request: HtmxHttpRequest) -> HttpResponse:
     form = QueueFilterForm(request.GET)
     valid = form.is_valid()
-    proposals = Proposal.objects.select_related("reviewer", "config_change")
-    proposals = form.filter(proposals) if valid else proposals.none()
+    rows = Proposal.objects.select_related("reviewer", "config_change")
+    proposals = form.filter(rows) if valid else rows.none()
     context = {
         "form": form,
-        "page": Paginator(proposals, PAGE_SIZE).get_page(request.GET.get("page")),
+        "page": page_of(proposals, request.GET.get("page"), PAGE_SIZE, load=rows),
         "filters": _filters(request.GET),
         "ready": configprs.ready(),
         "nav": "review",
