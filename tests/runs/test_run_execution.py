@@ -10,7 +10,7 @@ from collections import defaultdict
 import pytest
 
 from runs import planning, triggers
-from runs.models import Dispatch, Failure, Run, TestResult
+from runs.models import Dispatch, Failure, Run, Shard, TestResult
 from runs.relay_simulator import RelaySimulator
 from runs.reports import canonical
 from tests.dispatches import pr_dispatch
@@ -54,8 +54,9 @@ def finished_run(django_db_setup, django_db_blocker, celery_worker_session, tmp_
     from django.conf import settings
 
     storage = tmp_path_factory.mktemp("storage")
-    old = settings.MEDIA_ROOT, settings.CRCR_TEST_TIMEOUT
+    old = settings.MEDIA_ROOT, settings.CRCR_TEST_TIMEOUT, settings.CRCR_HEARTBEAT_SECONDS
     settings.MEDIA_ROOT, settings.CRCR_TEST_TIMEOUT = str(storage), 20
+    settings.CRCR_HEARTBEAT_SECONDS = 1
     token = tmp_path_factory.mktemp("relay") / "token"
     token.write_text("s3cret")
     with django_db_blocker.unblock(), RelaySimulator(token="s3cret", allowlist={REPO: "L2"}) as sim:
@@ -71,11 +72,15 @@ def finished_run(django_db_setup, django_db_blocker, celery_worker_session, tmp_
             raw_body="{}", payload=body["payload"], verdict="accepted",
         )  # fmt: skip
         trigger = triggers.start(backend, "dispatch", "a" * 40, dispatch=dispatch)
-        run = wait_for(
-            lambda: Run.objects.filter(trigger=trigger, status__in=Run.FINISHED).first(),
-            timeout=900,
-            what="the run to finish",
-        )
+        progress: list[tuple[int, int]] = []  # (done, of) of running shards, as polled
+
+        def finished() -> Run | None:
+            running = Shard.objects.filter(run__trigger=trigger, status="running")
+            progress.extend((shard.tests_done, len(shard.test_ids)) for shard in running)
+            return Run.objects.filter(trigger=trigger, status__in=Run.FINISHED).first()
+
+        run = wait_for(finished, timeout=900, what="the run to finish")
+        run.progress_seen = progress
         wait_for(
             lambda: not run.callbacks.exclude(status="delivered").exists(),
             what="the callbacks",
@@ -87,7 +92,7 @@ def finished_run(django_db_setup, django_db_blocker, celery_worker_session, tmp_
         dispatch.delete()
         backend.config_versions.all().delete()
         backend.delete()
-    settings.MEDIA_ROOT, settings.CRCR_TEST_TIMEOUT = old
+    settings.MEDIA_ROOT, settings.CRCR_TEST_TIMEOUT, settings.CRCR_HEARTBEAT_SECONDS = old
 
 
 def attempts_of(run: Run) -> dict[str, list[TestResult]]:
@@ -150,6 +155,13 @@ def test_the_run_is_red_for_its_regressions_and_its_page_shows_them(finished_run
     assert "<svg" in page and "estimated" in page
     response = client.get(f"/runs/{finished_run.uuid}/", HTTP_HX_REQUEST="true")
     assert response.status_code == 286  # finished: htmx stops polling
+
+
+def test_a_running_shard_showed_how_many_of_its_tests_were_done(finished_run):
+    # The hang alone keeps a shard running for the test timeout, tests done before it.
+    assert any(0 < done < of for done, of in finished_run.progress_seen)
+    for shard in finished_run.shards.all():
+        assert shard.tests_done == len(shard.test_ids)
 
 
 def test_planning_stored_estimates_and_the_history_learned(finished_run):
