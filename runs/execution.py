@@ -14,21 +14,30 @@ import socket
 import sys
 import threading
 from datetime import datetime, timedelta
+from pathlib import Path
 
 from django.conf import settings
-from django.db import close_old_connections, connection, transaction
+from django.db import (
+    InterfaceError,
+    OperationalError,
+    close_old_connections,
+    connection,
+    transaction,
+)
 from django.db.models import F, Q
 from django.utils import timezone
 
 from runs import artifacts, ingest, planning, relay, results, sharding, testtree
 from runs.classify import classify
 from runs.executor import Executor, ProcessFailed, ShardSpec
-from runs.models import Shard, TestDuration
-from runs.reports import ReportError, TestRecord
+from runs.models import Run, Shard, TestDuration
+from runs.reports import ReportError, TestRecord, read_progress
 
 # Failures that repeat by nature are not re-run: the op or dtype is missing, or
 # the test cannot even be set up.
 DETERMINISTIC = {"unsupported_op", "unsupported_dtype", "test_error"}
+# The longest wait between two tries of a shard lost to infrastructure (seconds).
+RETRY_BACKOFF_MAX = 900
 
 
 class InfraError(Exception):
@@ -52,6 +61,7 @@ def claim(shard_id: int, worker: str) -> Shard | None:
         worker=worker,
         started_at=now,
         heartbeat_at=now,
+        tests_done=0,
     )
     return (
         Shard.objects.select_related("run__backend", "run__config_version").get(pk=shard_id)
@@ -61,20 +71,39 @@ def claim(shard_id: int, worker: str) -> Shard | None:
 
 
 class Heartbeat(threading.Thread):
-    """Refresh the shard's heartbeat while its tests run."""
+    """Refresh the shard's heartbeat, and how many tests it has finished, while
+    its tests run (the progress logs in `workdir` tell)."""
 
-    def __init__(self, shard: Shard) -> None:
+    def __init__(self, shard: Shard, workdir: Path) -> None:
         super().__init__(daemon=True)
-        self.shard, self.stopped = shard, threading.Event()
+        self.shard, self.workdir, self.stopped = shard, workdir, threading.Event()
 
     def run(self) -> None:
         try:
             while not self.stopped.wait(settings.CRCR_HEARTBEAT_SECONDS):
-                Shard.objects.filter(pk=self.shard.pk, worker=self.shard.worker).update(
-                    heartbeat_at=timezone.now()
-                )
+                self.beat()
         finally:
             connection.close()
+
+    def beat(self) -> None:
+        try:
+            Shard.objects.filter(pk=self.shard.pk, worker=self.shard.worker).update(
+                heartbeat_at=timezone.now(), tests_done=self.tests_done()
+            )
+        except (OperationalError, InterfaceError):
+            # The server dropped the connection (a restart, a failover): drop it and
+            # reconnect on the next beat. A dead heartbeat thread would let a sweep
+            # hand the shard, still running here, to another worker.
+            close_old_connections()
+
+    def tests_done(self) -> int:
+        done: set[str] = set()
+        for log in self.workdir.glob("*.progress.jsonl"):
+            try:
+                done.update(read_progress(log, ended=False)[0])
+            except ReportError:
+                continue  # the executor reports a broken log; progress just skips it
+        return len(done)
 
     def __enter__(self) -> "Heartbeat":
         self.start()
@@ -120,7 +149,7 @@ def execute(shard_id: int, worker: str | None = None) -> Shard | None:
         ids_option="--reuse-ids",
     )
     try:
-        with Heartbeat(shard):
+        with Heartbeat(shard, spec.workdir):
             records = Executor(spec, should_retry).run()
     except ProcessFailed as error:
         raise InfraError(str(error)) from error
@@ -141,7 +170,11 @@ def store(shard: Shard, records: list[TestRecord]) -> None:
     with transaction.atomic():
         done = Shard.objects.filter(
             pk=shard.pk, status=Shard.Status.RUNNING, worker=shard.worker
-        ).update(status=Shard.Status.DONE, finished_at=timezone.now())
+        ).update(
+            status=Shard.Status.DONE,
+            finished_at=timezone.now(),
+            tests_done=len({record.node_id for record in records}),
+        )
         if not done:
             return  # another worker took the shard over: its results count, not ours
         ingest.save(shard, records)
@@ -199,5 +232,21 @@ def orphaned_shards() -> list[int]:
     return list(
         Shard.objects.filter(
             status=Shard.Status.RUNNING, heartbeat_at__lt=stale_before()
+        ).values_list("pk", flat=True)
+    )
+
+
+def unqueued_shards() -> list[int]:
+    """Pending shards of running runs that should have been taken by now: when the
+    device queue is empty, their messages were lost with the broker (a Redis
+    restarted without persistence loses every queued message)."""
+    never_ran = Q(heartbeat_at__isnull=True, run__started_at__lt=stale_before())
+    # A released shard waits up to RETRY_BACKOFF_MAX for its retry's countdown.
+    retry_overdue = Q(heartbeat_at__lt=stale_before() - timedelta(seconds=RETRY_BACKOFF_MAX))
+    return list(
+        Shard.objects.filter(
+            never_ran | retry_overdue,
+            status=Shard.Status.PENDING,
+            run__status=Run.Status.RUNNING,
         ).values_list("pk", flat=True)
     )

@@ -294,6 +294,9 @@ class Shard(models.Model):
     attempts = models.PositiveIntegerField(default=0)
     worker = models.CharField(max_length=200, blank=True)
     heartbeat_at = models.DateTimeField(null=True, blank=True)
+    tests_done = models.PositiveIntegerField(
+        default=0, help_text="tests the running attempt has finished, as of its last heartbeat"
+    )
     exit_code = models.IntegerField(null=True, blank=True)
     error = models.TextField(blank=True)
     started_at = models.DateTimeField(null=True, blank=True)

@@ -1,11 +1,51 @@
+import logging
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
+from django.db import OperationalError, connection
 
 from runs import demo
+from runs.models import Backend, RelayCallback, Run
 from selection import pipeline
-from selection.progress import Bar
+from selection.progress import Bar, Progress
+
+
+@contextmanager
+def run_progress(backend: Backend, progress: Progress) -> Iterator[None]:
+    """Report the backend's newest run, shard by shard, while the block runs it."""
+    stopped = threading.Event()
+
+    def watch() -> None:
+        try:
+            while not stopped.wait(1.0):
+                try:
+                    run = Run.objects.filter(backend=backend).order_by("-pk").first()
+                    shards = list(run.shards.all()) if run else []
+                except OperationalError:
+                    continue  # SQLite: the run's writer holds the file for a moment
+                if run is None:
+                    continue
+                total = sum(len(shard.test_ids) for shard in shards)
+                done = sum(shard.tests_done for shard in shards)
+                running = [shard.index for shard in shards if shard.status == "running"]
+                stage = f"run {run.job_name}: " + (
+                    f"shard {running[0] + 1} of {len(shards)}" if running else run.status
+                )
+                progress(stage, done, total)
+        finally:
+            connection.close()
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        stopped.set()
+        watcher.join()
 
 
 class Command(BaseCommand):
@@ -21,16 +61,31 @@ class Command(BaseCommand):
 
     def select(self, backend) -> None:
         self.step("selection: inventory, stages 1-4 on the device, proposals to review")
-        bar = Bar(sys.stderr)
-        selection = pipeline.run_for_backend(backend, demo.BUNDLED_TREE, progress=bar)
-        bar.close()
-        self.stdout.write(f"    proposals: {selection.summary.get('proposals')}")
-        self.stdout.write("    waiting for review at http://127.0.0.1:8000/review/")
+        done = backend.selection_runs.filter(kind="select", status="done").last()
+        if done:
+            self.stdout.write(f"    done before ({done.finished_at:%Y-%m-%d %H:%M}): not re-run")
+        else:
+            bar = Bar(sys.stderr)
+            selection = pipeline.run_for_backend(backend, demo.BUNDLED_TREE, progress=bar)
+            bar.close()
+            self.stdout.write(f"    proposals: {selection.summary.get('proposals')}")
+        change = demo.open_config_pr(backend)
+        if change:
+            self.stdout.write(
+                f'    config PR "{change.title}" with {change.proposals.count()} '
+                f"device-verified decision(s), waiting for approval at "
+                f"http://127.0.0.1:8000/config-prs/{change.uuid}/"
+            )
+        pending = backend.proposals.filter(status="pending").count()
+        self.stdout.write(f"    {pending} proposal(s) waiting at http://127.0.0.1:8000/review/")
 
     def step(self, text: str) -> None:
         self.stdout.write(self.style.MIGRATE_HEADING(f"==> {text}"))
 
     def handle(self, *args, serve, no_selection, **options):
+        # Eager tasks log each success, and kombu its default host: noise on the console.
+        for name in ("celery.app.trace", "kombu.connection"):
+            logging.getLogger(name).setLevel(logging.ERROR)
         self.step("demo user and the reference-device backend")
         demo.create_demo_user()
         state = demo.load_backend()
@@ -42,7 +97,10 @@ class Command(BaseCommand):
         self.stdout.write(f"    relay simulator at {simulator.url}")
         try:
             self.step("a merged-PR dispatch through the intake, the gate and its run")
-            dispatch = demo.feed_dispatch(state.backend)
+            bar = Bar(sys.stderr)
+            with run_progress(state.backend, bar):
+                dispatch = demo.feed_dispatch(state.backend)
+            bar.close()
             self.stdout.write(f"    dispatch {dispatch.delivery_id}: {dispatch.verdict}")
             self.stdout.write(f"    {dispatch.verdict_reason}")
             trigger = getattr(dispatch, "trigger", None)
@@ -54,7 +112,16 @@ class Command(BaseCommand):
                     f"{run.failures.count()} failures classified"
                 )
                 self.stdout.write(f"    {run.page_url()}")
-            self.stdout.write(f"    the relay accepted {len(simulator.accepted)} callback(s)")
+                bundle = run.bundles.current().first()
+                if bundle:
+                    self.stdout.write(
+                        f"    repro bundle: {bundle.get_status_display()}, {bundle.size:,} bytes, "
+                        f"at {run.page_url()}reproducibility/"
+                    )
+            delivered = RelayCallback.objects.filter(
+                run__backend=state.backend, status=RelayCallback.Status.DELIVERED
+            ).count()
+            self.stdout.write(f"    {delivered} HUD callback(s) delivered to the relay simulator")
             if not no_selection:
                 self.select(state.backend)
             self.stdout.write(
