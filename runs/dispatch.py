@@ -10,6 +10,8 @@ Steps for a CRCR dispatch or a GitHub webhook:
 import hashlib
 import hmac
 import json
+import re
+from collections.abc import Iterator
 from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +21,8 @@ from django.db import IntegrityError, transaction
 
 from runs.models import Backend, Dispatch
 from runs.serializers import DispatchSerializer, flatten_errors
+
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 
 
 class IntakeError(Exception):
@@ -51,12 +55,31 @@ def parse_json(raw: bytes) -> dict[str, Any]:
         limit = settings.CRCR_DISPATCH_MAX_BYTES
         raise IntakeError(413, [f"the body has {len(raw)} bytes; the limit is {limit}"])
     try:
-        body = json.loads(raw)
+        # UTF-8 only (RFC 8259): json.loads would also take UTF-16 and UTF-32 bytes,
+        # which the raw record, kept as text, could not store.
+        body = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise IntakeError(400, [f"the body is not valid JSON: {error}"]) from None
     if not isinstance(body, dict):
         raise IntakeError(400, [f"the body must be a JSON object, not {type(body).__name__}"])
+    problems = list(_unstorable(body, ""))
+    if problems:
+        raise IntakeError(400, problems)
     return body
+
+
+def _unstorable(value: Any, path: str) -> Iterator[str]:
+    """Strings PostgreSQL's jsonb refuses (a NUL, an unpaired surrogate), by field path."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            name = f"{path}.{key}".strip(".")
+            yield from _unstorable(key, name)
+            yield from _unstorable(item, name)
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _unstorable(item, f"{path}[{index}]")
+    elif isinstance(value, str) and _UNSTORABLE.search(value):
+        yield f"{path}: contains a NUL character or an unpaired surrogate"
 
 
 def verify_signature(backend: Backend, raw: bytes, header: str | None) -> None:

@@ -133,7 +133,7 @@ def execute(shard_id: int, worker: str | None = None) -> Shard | None:
         for artifact in run.artifacts.all():
             artifacts.verify(artifact)
     except artifacts.ArtifactError as error:
-        fail(shard, f"artifact check failed: {error}")
+        fail(shard.pk, f"artifact check failed: {error}")
         return shard
     tree = testtree.tree_for(run.pytorch_sha)
     config = planning.write_config(run)
@@ -157,7 +157,7 @@ def execute(shard_id: int, worker: str | None = None) -> Shard | None:
         # Re-running would most likely write the same broken report: fail the
         # shard with the reason instead of storing part of it.
         close_old_connections()
-        fail(shard, f"corrupt test report: {error}")
+        fail(shard.pk, f"corrupt test report: {error}")
         return shard
     close_old_connections()
     store(shard, records)
@@ -180,16 +180,12 @@ def store(shard: Shard, records: list[TestRecord]) -> None:
         ingest.save(shard, records)
 
 
-def fail(shard: Shard, reason: str) -> None:
+def fail(shard_id: int, reason: str) -> None:
     """An infrastructure failure of the whole shard; the run finishes without it."""
-    Shard.objects.filter(pk=shard.pk).update(
+    Shard.objects.filter(pk=shard_id).update(
         status=Shard.Status.ERROR, error=reason, finished_at=timezone.now()
     )
-    results.finish_if_done(shard.run_id)
-
-
-def fail_by_id(shard_id: int, reason: str) -> None:
-    fail(Shard.objects.get(pk=shard_id), reason)
+    results.finish_if_done(Shard.objects.values_list("run_id", flat=True).get(pk=shard_id))
 
 
 def release(shard_id: int, reason: str) -> None:

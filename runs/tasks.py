@@ -1,35 +1,38 @@
 """Celery tasks of the runs app: thin adapters over the named modules."""
 
-from celery import shared_task
+from collections.abc import Callable
+
+from celery import Task, shared_task
 from celery.signals import worker_ready
 from django.conf import settings
 from django.db import OperationalError
+from kombu.exceptions import ChannelError
 
 from runs import execution, gate, planning, relay, triggers
 from runs.models import Backend
 from runs.upstream import RateLimitedError, UpstreamError
 
 
+def _asking_upstream(task: Task, step: Callable[[int], object], dispatch_id: int) -> None:
+    """Run a gate step; when upstream limits or fails us, retry the task with backoff."""
+    try:
+        step(dispatch_id)
+    except RateLimitedError as error:
+        raise task.retry(countdown=error.retry_after) from error
+    except UpstreamError as error:
+        raise task.retry(countdown=min(60 * 2**task.request.retries, 3600)) from error
+
+
 @shared_task(bind=True, time_limit=300, max_retries=8)
 def gate_dispatch(self, dispatch_id: int) -> None:
     """Gate a stored dispatch; upstream hiccups retry with backoff."""
-    try:
-        gate.gate(dispatch_id)
-    except RateLimitedError as error:
-        raise self.retry(countdown=error.retry_after) from error
-    except UpstreamError as error:
-        raise self.retry(countdown=min(60 * 2**self.request.retries, 3600)) from error
+    _asking_upstream(self, gate.gate, dispatch_id)
 
 
 @shared_task(bind=True, time_limit=300, max_retries=8)
 def recheck_dispatch(self, dispatch_id: int) -> None:
     """Decide a closed-without-label PR for good by asking upstream whether it landed."""
-    try:
-        gate.recheck(dispatch_id)
-    except RateLimitedError as error:
-        raise self.retry(countdown=error.retry_after) from error
-    except UpstreamError as error:
-        raise self.retry(countdown=min(60 * 2**self.request.retries, 3600)) from error
+    _asking_upstream(self, gate.recheck, dispatch_id)
 
 
 @shared_task(bind=True, time_limit=300, max_retries=3)
@@ -56,24 +59,45 @@ def execute_shard(self, shard_id: int) -> None:
     except (execution.InfraError, OperationalError, OSError) as error:
         execution.release(shard_id, str(error))
         if self.request.retries >= settings.CRCR_SHARD_RETRIES:
-            execution.fail_by_id(shard_id, f"gave up after {self.request.retries} retries: {error}")
+            execution.fail(shard_id, f"gave up after {self.request.retries} retries: {error}")
             return
-        raise self.retry(countdown=min(30 * 2**self.request.retries, 900)) from error
+        countdown = min(30 * 2**self.request.retries, execution.RETRY_BACKOFF_MAX)
+        raise self.retry(countdown=countdown) from error
 
 
 @shared_task(time_limit=60)
 def requeue_orphaned_shards() -> list[int]:
-    """Beat, and each worker start: shards whose worker died go back to the queue."""
+    """Beat, and each worker start: shards whose worker died, or whose message the
+    broker lost, go back to the queue."""
     orphans = execution.orphaned_shards()
+    if _waiting(execute_shard) == 0:
+        # Pending shards but nothing queued: the broker lost their messages. A shard
+        # that still had one runs once all the same: the claim lets one task win.
+        orphans += execution.unqueued_shards()
     for shard_id in orphans:
         execute_shard.delay(shard_id)
     return orphans
 
 
+def _waiting(task: Task) -> int | None:
+    """Messages waiting in the task's queue on the broker; None without a broker."""
+    app = task.app
+    if app.conf.task_always_eager:
+        return None
+    queue = app.amqp.router.route({}, task.name)["queue"]
+    with app.connection_for_write() as connection:
+        try:
+            return int(connection.default_channel.queue_declare(queue.name, passive=True)[1])
+        except ChannelError:
+            return 0  # Redis drops a list once it is empty: no such queue, no message
+
+
 @worker_ready.connect
 def _requeue_on_start(sender: object = None, **kwargs: object) -> None:
-    # A worker that starts after another died picks up its orphaned shards.
+    # A worker that starts after another died picks up its orphaned shards: now, and
+    # once more when a worker that died just before has missed three heartbeats.
     requeue_orphaned_shards.delay()
+    requeue_orphaned_shards.apply_async(countdown=3 * settings.CRCR_HEARTBEAT_SECONDS + 1)
 
 
 @shared_task(time_limit=120)

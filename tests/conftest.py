@@ -39,6 +39,14 @@ def celery_worker(celery_worker_session: Any, transactional_db: Any) -> Any:
     return celery_worker_session
 
 
+@pytest.fixture
+def machine_token(db: Any) -> str:
+    """The API token of a machine client (the relay's forwarder): no role, a token."""
+    from tests.factories import make_token, make_user
+
+    return make_token(make_user("relay-forwarder", role=None))
+
+
 @pytest.fixture(scope="session")
 def browser() -> Iterator[Any]:
     """Headless Debian Chromium driven by Playwright (no browser download)."""

@@ -6,7 +6,7 @@ from typing import Any
 import pytest
 
 from runs.localgit import PyTorchShapedRepo
-from tests.factories import make_backend, make_config, make_token, make_user
+from tests.factories import make_backend, make_config
 
 
 @pytest.fixture
@@ -26,11 +26,6 @@ def backend(db):
     )
     make_config(backend)
     return backend
-
-
-@pytest.fixture
-def machine_token(db) -> str:
-    return make_token(make_user("relay-forwarder", role=None))
 
 
 class Http:

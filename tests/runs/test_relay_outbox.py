@@ -97,13 +97,19 @@ def test_each_job_gets_one_in_progress_then_one_completed(
 def test_a_relay_down_for_a_while_delays_callbacks_and_drops_none(
     relayed_backend, simulator, celery_worker
 ):
-    simulator.fail_for(6, status=503)
+    # A minute of 503s (a relay redeploy), then rate limiting: retries back off with
+    # jitter, so delivery comes up to two minutes after the relay is back.
+    simulator.fail_for(60, status=503)
     simulator.fail_next(2, status=429)
     run = finished_run(relayed_backend, simulator, shards=1)
-    wait_for(lambda: delivered(run), timeout=180, what="delivery after the outage")
+    wait_for(lambda: delivered(run), timeout=400, what="delivery after the outage")
     assert jobs_in(simulator) == {"acme": ["in_progress", "completed"]}
     assert max(c.attempts for c in run.callbacks.all()) > 1
     assert set(run.callbacks.values_list("status", flat=True)) == {"delivered"}
+    completed = [body for _, status, body in simulator.accepted if status == "completed"]
+    assert completed[0]["workflow"]["test_results"] == {
+        "passed": 2, "failed": 1, "skipped": 1, "total": 4,
+    }  # fmt: skip
 
 
 def test_a_refused_callback_is_final_and_shown_on_the_run_page(

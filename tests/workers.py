@@ -1,0 +1,159 @@
+"""Separate Celery worker processes for fault tests: real workers on their own broker.
+
+The suite's in-process worker consumes the configured Redis database, so each
+test that starts workers of its own gives them another database (or a private
+Redis server) where the suite's worker never sees their tasks.
+"""
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.conf import settings
+
+from tests.waiting import wait_for
+
+# A small config on the bundled tree: 15 tests of one file.
+SMALL = """test_suite_config:
+  files:
+    - path: ${TORCH_ROOT}/test/test_dtypes_reuse.py
+      unlisted_test_mode: mandatory_success
+      tests:
+        - names: [TestTensorBasics::test_known_wrong_expectation]
+          mode: xfail
+        - names: [TestTensorBasics::test_cpu_only]
+          mode: skip
+  global:
+    supported_dtypes: [{name: float32}, {name: float64}, {name: int64}, {name: bool}]
+"""
+
+
+def database_url() -> str:
+    """The test database as a URL, so a worker process writes where the test reads."""
+    database = settings.DATABASES["default"]
+    return f"postgres://{database['USER']}@{database['HOST']}:{database['PORT']}/{database['NAME']}"
+
+
+def environment(tmp_path: Path, broker: str, **extra: str) -> dict[str, str]:
+    """The environment of a worker (or a management command) for one test."""
+    env = dict(
+        os.environ,
+        DATABASE_URL=database_url(),
+        CELERY_BROKER_URL=broker,
+        CRCR_HEARTBEAT_SECONDS="1",
+        CRCR_STORAGE_ROOT=str(tmp_path / "storage"),
+        DATABASE_CONN_MAX_AGE="0",
+    )
+    env.update(extra)
+    return env
+
+
+def start_worker(
+    env: dict[str, str], name: str, log: Path | None = None, queues: str = "default,device"
+) -> subprocess.Popen:
+    """A solo-pool worker on `queues`; its output goes to `log`."""
+    output = log.open("ab") if log else subprocess.DEVNULL
+    return subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "crcr_site", "worker", "--pool", "solo",
+         "-Q", queues, "-n", f"{name}@%h", "--loglevel", "INFO"],
+        cwd=settings.BASE_DIR, env=env, stdout=output, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+
+
+def stop(*workers: subprocess.Popen | None) -> None:
+    """Warm shutdown of every worker still running."""
+    for worker in workers:
+        if worker and worker.poll() is None:
+            worker.terminate()
+            worker.wait(timeout=60)
+
+
+def trigger(env: dict[str, str], backend: str, sha: str) -> None:
+    """A manual run, started the way an operator starts one."""
+    subprocess.run(
+        [sys.executable, "manage.py", "trigger", "--backend", backend, "--sha", sha],
+        cwd=settings.BASE_DIR, env=env, check=True, capture_output=True, timeout=120,
+    )  # fmt: skip
+
+
+def shard_log(tmp_path: Path, run_uuid: object, index: int, attempt: int = 1) -> Path:
+    """The first pytest process's output of a shard attempt."""
+    attempt_dir = tmp_path / "storage" / "runs" / str(run_uuid) / f"shard-{index}"
+    return attempt_dir / f"attempt-{attempt}" / "p001.log"
+
+
+@contextmanager
+def flushed_redis_db(number: int) -> Iterator[str]:
+    """A database of the shared Redis, empty before and after the test."""
+    flush = ["redis-cli", "-n", str(number), "flushdb"]
+    subprocess.run(flush, check=True, capture_output=True)
+    try:
+        yield f"redis://127.0.0.1:6379/{number}"
+    finally:
+        subprocess.run(flush, check=True, capture_output=True)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+class PrivateRedis:
+    """A Redis server of the test's own, without persistence, that it may kill and restart."""
+
+    def __init__(self, workdir: Path) -> None:
+        if not shutil.which("redis-server"):
+            pytest.fail("redis-server is missing: install Debian's redis-server package")
+        self.port, self.workdir = free_port(), workdir
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.process: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(
+            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
+             "--save", "", "--appendonly", "no", "--dir", str(self.workdir)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        wait_for(self.answers, timeout=30, what=f"redis-server on port {self.port}")
+
+    def answers(self) -> bool:
+        ping = ["redis-cli", "-p", str(self.port), "ping"]
+        return subprocess.run(ping, capture_output=True, text=True).stdout.strip() == "PONG"
+
+    def kill(self) -> None:
+        """SIGKILL: every queued and unacknowledged message is gone with it."""
+        assert self.process is not None
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(timeout=30)
+
+    def waiting(self, queue: str) -> int:
+        """How many messages wait in a Celery queue (a Redis list named after it)."""
+        length = ["redis-cli", "-p", str(self.port), "llen", queue]
+        return int(subprocess.run(length, capture_output=True, text=True).stdout.strip() or 0)
+
+    def __enter__(self) -> "PrivateRedis":
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.process and self.process.poll() is None:
+            self.kill()
+
+
+def results_once(run: Any) -> None:
+    """Every test the run planned has exactly one first attempt stored, and nothing else."""
+    planned = [test_id for shard in run.shards.all() for test_id in shard.test_ids]
+    firsts = Counter(run.results.filter(attempt=1).values_list("node_id", flat=True))
+    assert len(planned) == len(set(planned)), "a test was planned on two shards"
+    assert set(firsts) == set(planned)
+    assert set(firsts.values()) == {1}
