@@ -4,8 +4,8 @@ requeues it, and every test's result is stored exactly once."""
 import time
 
 import pytest
-from celery import Celery
 
+from crcr_site.celery import app
 from runs.models import Run
 from tests.factories import make_backend, make_config
 from tests.waiting import wait_for
@@ -36,9 +36,11 @@ class Beat:
 
     def tick(self) -> bool:
         if time.monotonic() - self.last >= self.every:
-            # An explicit connection: Celery prefers $CELERY_BROKER_URL to `broker=`.
-            with Celery("beat") as beat, beat.connection_for_write(self.broker) as connection:
-                beat.send_task(self.task, queue="default", connection=connection)
+            # The project's app on an explicit connection to the private server. (A
+            # second Celery app would become the current one, and every task the
+            # suite sends later would lose its routes.)
+            with app.connection_for_write(self.broker) as connection:
+                app.send_task(self.task, queue="default", connection=connection)
             self.last = time.monotonic()
         return True
 
