@@ -121,7 +121,9 @@ def main() -> int:
             intake, trivial = [], []
             for index in range(count + 50):
                 body["delivery_id"] = str(uuid.uuid4())
-                post = request(port, "POST", "/api/dispatches/", token, json.dumps(body).encode())
+                post = request(
+                    port, "POST", "/api/dispatches/?backend=bench", token, json.dumps(body).encode()
+                )
                 get = request(port, "GET", "/api/whoami/", token)
                 if index >= 50:  # the first 50 of each warm the server up
                     intake.append(post)
