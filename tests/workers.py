@@ -157,3 +157,14 @@ def results_once(run: Any) -> None:
     assert len(planned) == len(set(planned)), "a test was planned on two shards"
     assert set(firsts) == set(planned)
     assert set(firsts.values()) == {1}
+
+
+def finished(run: Any, timeout: float = 300) -> Any:
+    """Wait for `run` to reach a final state; the fresh row."""
+    from runs.models import Run
+
+    return wait_for(
+        lambda: Run.objects.filter(pk=run.pk, status__in=Run.FINISHED).first(),
+        timeout=timeout,
+        what="the run to finish",
+    )

@@ -9,6 +9,7 @@ from tests.waiting import wait_for
 from tests.workers import (
     SMALL,
     environment,
+    finished,
     flushed_redis_db,
     results_once,
     shard_log,
@@ -52,11 +53,7 @@ def test_a_run_keeps_its_config_version_when_a_new_one_is_merged_mid_run(
             merge_skipping_fill(backend)
             assert backend.config_versions.count() == 2
             assert not run.shards.filter(index=1).exclude(status="pending").exists()
-            run = wait_for(
-                lambda: Run.objects.filter(pk=run.pk, status__in=Run.FINISHED).first(),
-                timeout=300,
-                what="the run to finish",
-            )
+            run = finished(run)
         finally:
             stop(worker)
     assert run.config_version == planned_with

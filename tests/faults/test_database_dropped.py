@@ -15,6 +15,7 @@ from tests.workers import (
     SMALL,
     database_url,
     environment,
+    finished,
     flushed_redis_db,
     results_once,
     shard_log,
@@ -75,11 +76,7 @@ def test_dropped_database_connections_mid_shard_lose_no_result_and_duplicate_non
                     timeout=60,
                     what=f"shard {index}'s heartbeat after the drop",
                 )
-            run = wait_for(
-                lambda: Run.objects.filter(pk=run.pk, status__in=Run.FINISHED).first(),
-                timeout=300,
-                what="the run to finish",
-            )
+            run = finished(run)
         finally:
             stop(worker)
     assert set(run.shards.values_list("status", "attempts")) == {("done", 1)}

@@ -13,6 +13,7 @@ from tests.workers import (
     SMALL,
     PrivateRedis,
     environment,
+    finished,
     results_once,
     shard_log,
     start_worker,
@@ -83,11 +84,7 @@ def test_a_redis_restart_mid_shard_loses_no_shard_and_counts_each_result_once(
             timeout=120,
             what="the sweep to requeue the lost shard",
         )
-        run = wait_for(
-            lambda: Run.objects.filter(pk=run.pk, status__in=Run.FINISHED).first(),
-            timeout=300,
-            what="the run to finish",
-        )
+        run = finished(run)
     finally:
         stop(worker)
     assert set(run.shards.values_list("status", "attempts")) == {("done", 1)}
