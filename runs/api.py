@@ -36,10 +36,10 @@ def _refuse(error: intake.IntakeError) -> Response:
 def _backend_for(request: Request) -> Backend:
     slug = request.query_params.get("backend") or request.headers.get("X-CRCR-Backend")
     if slug:
-        backend = Backend.objects.filter(slug=slug).first()
-        if backend is None:
-            raise intake.IntakeError(404, [f"no backend named {slug!r}"])
-        return backend
+        try:
+            return Backend.objects.get(slug=slug)
+        except Backend.DoesNotExist:
+            raise intake.IntakeError(404, [f"no backend named {slug!r}"]) from None
     backends = list(Backend.objects.all()[:2])
     if len(backends) != 1:
         raise intake.IntakeError(

@@ -57,6 +57,18 @@ def test_opening_a_change_gathers_only_approved_proposals_outside_a_change(setup
     assert configprs.open_change(backend, rita) is None  # nothing left to gather
 
 
+def test_the_queue_offers_a_config_pr_only_for_backends_with_approved_decisions_left(setup):
+    backend, _, rita, _ = setup
+    approved(backend, "test_sum")
+    waiting = make_backend("bolt")
+    make_config(waiting, BASE)
+    approved(waiting, "test_sum")
+    make_proposal(make_backend("quiet"), test_name="test_pending_only")  # nothing approved
+    assert [b.slug for b in configprs.ready()] == ["acme", "bolt"]
+    configprs.open_change(backend, rita)
+    assert [b.slug for b in configprs.ready()] == ["bolt"]
+
+
 def test_the_author_cannot_approve_their_own_change_while_another_reviewer_exists(setup):
     backend, _, rita, otto = setup
     approved(backend, "test_sum")
