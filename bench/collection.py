@@ -35,7 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from selection.reuse.testtree import scan_file  # noqa: E402
+from selection.reuse.static_scan import scan_file  # noqa: E402
 
 TARGET = 1.10
 PADDING_TO = 300

@@ -58,7 +58,7 @@ def main() -> int:
     django.setup()
     from django.core.management import call_command
 
-    from runs import ingest, reports
+    from runs import ingest, report_files
     from runs.models import Run, Shard, TestResult, Trigger
     from tests.factories import make_backend, make_config
 
@@ -76,7 +76,7 @@ def main() -> int:
         parse_times, ingest_times = [], []
         for attempt in range(options.repeat):
             started = time.perf_counter()
-            count = sum(1 for _ in reports.parse_junit(path))
+            count = sum(1 for _ in report_files.parse_junit(path))
             parse_times.append(time.perf_counter() - started)
             shard = Shard.objects.create(run=run, index=attempt)
             started = time.perf_counter()

@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from selection.reuse.schema import DTYPES  # noqa: E402
-from selection.reuse.testtree import scan_file  # noqa: E402
+from selection.reuse.static_scan import scan_file  # noqa: E402
 
 BAR_ONE = """\
 test_suite_config:

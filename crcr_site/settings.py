@@ -55,6 +55,8 @@ INSTALLED_APPS = [
     "selection",
     "runs",
     "reproducibility",
+    # The main job of `make run`: it drives every other app, and none imports it.
+    "demo",
 ]
 
 MIDDLEWARE = [

@@ -19,7 +19,6 @@ commit and the range still open: never a guess.
 """
 
 import logging
-import sys
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -29,11 +28,12 @@ from django.db import transaction
 from django.utils import timezone
 
 from reproducibility.models import Bisection, RunRecord
-from runs import planning, testtree
-from runs.executor import Executor, ShardSpec
+from runs import planning, worktrees
+from runs.crash_pinning import Executor, ShardSpec
 from runs.models import Failure, Run, TestResult
-from runs.reports import FAILING, TestRecord
+from runs.report_files import FAILING, TestRecord
 from runs.upstream import UpstreamError, get_resolver
+from selection.reuse.launcher import PytestRun
 
 PASSING = tuple(TestResult.PASSING)
 logger = logging.getLogger(__name__)
@@ -204,8 +204,8 @@ def tree_at(sha: str) -> Path:
             "checkout, so there is no test tree at any other commit"
         )
     try:
-        tree = testtree.tree_for(sha)
-    except testtree.TestTreeError as error:
+        tree = worktrees.tree_for(sha)
+    except worktrees.TestTreeError as error:
         raise Stop(f"commit {sha[:12]} cannot be built here: {error}") from None
     if not (tree / "test").is_dir():
         raise Stop(f"commit {sha[:12]} cannot be built here: it has no test/ folder")
@@ -226,12 +226,12 @@ def test_commit(bisection: Bisection, index: int) -> dict[str, Any]:
     (workdir / "tmp").mkdir(parents=True, exist_ok=True)
     config = workdir / "config.yaml"
     config.write_text(config_text(run))
-    env = planning.device_env(run, tree) | {"TMPDIR": str(workdir / "tmp")}
+    environment = planning.environment_for(run, tree).with_variables(TMPDIR=str(workdir / "tmp"))
     spec = ShardSpec(
-        ids=bisection.test_ids, workdir=workdir, cwd=tree,
-        pytest_args=planning.plugin_args(run, config, tree), env=env, python=sys.executable,
+        ids=bisection.test_ids, workdir=workdir,
+        pytest=PytestRun(environment, tree, configs=[config]),
         timeout=settings.CRCR_SHARD_TIMEOUT, test_timeout=settings.CRCR_TEST_TIMEOUT,
-        max_attempts=1, ids_option="--reuse-ids",
+        max_attempts=1,
     )  # fmt: skip
     records = Executor(spec, lambda record: False).run()
     verdict, detail = judge(sha, records)

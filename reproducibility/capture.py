@@ -1,13 +1,13 @@
 """Capture what every run is made of, without anyone asking (DESIGN §5).
 
-Three hooks, called by `runs`:
-1. `record_run_start(run)` when the run's shards are planned: the trigger (raw
-   payload, PR, SHA, action), the artifacts with versions and SHA-256, the
-   config version and its text, the shard plan, seeds, the pytest command, the
-   test tree and crcr's own commit, frozen into a RunRecord;
-2. `record_worker(run, shard)` on the device worker that claims a shard: the
-   host's environment (reproducibility.environment) and the variables the
-   shard's pytest processes get, one WorkerEnvironment per claim;
+Three listeners of `runs.events` (connected in `ReproducibilityConfig.ready`):
+1. `record_run_start(run, pytest)` when the run's shards are planned: the
+   trigger (raw payload, PR, SHA, action), the artifacts with versions and
+   SHA-256, the config version and its text, the shard plan, seeds, the pytest
+   command, the test tree and crcr's own commit, frozen into a RunRecord;
+2. `record_worker(run, shard, environment)` on the device worker that claims a
+   shard: the host's environment (reproducibility.environment) and the
+   variables the shard's pytest processes get, one WorkerEnvironment per claim;
 3. `record_run_end(run)` once the run finished: make sure the record exists
    (a run that never planned still gets one) and enqueue its bundle.
 
@@ -18,41 +18,43 @@ the one JSON document the bundle, the API and the page show.
 import importlib.metadata
 import subprocess
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from django.conf import settings
 
-from reproducibility import environment
+from reproducibility import environment as host
 from reproducibility.models import Bundle, RunRecord, WorkerEnvironment
 from runs import planning
 from runs.models import Artifact, Run, Shard, Trigger
+from selection.reuse.launcher import DEVICE_VARIABLES, PytestRun, TestEnvironment
 
 FORMAT = "crcr-run-metadata/1"
 # PyTorch's TestCase seeds every test with common_utils.SEED unless pytest gets
 # --seed; crcr never passes one.
 TORCH_TEST_SEED = 1234
-# Variables the device subprocess gets from crcr itself (runs.planning.device_env).
-RUN_ENV_VARS = ("CRCR_REUSE_DEVICE", "PYTHONHASHSEED", "TORCH_ROOT")
 # pip freeze costs a second or two: a worker measures its host once per window.
 HOST_FACTS_SECONDS = 600
 BUNDLED_TREE = Path(settings.BASE_DIR) / "tests" / "upstream"
 _host_cache: dict[str, tuple[float, dict[str, Any]]] = {}
 
 
-def record_run_start(run: Run) -> RunRecord:
+def record_run_start(run: Run, pytest: PytestRun | None = None, **_event: object) -> RunRecord:
     """Freeze the run's trigger, artifacts, config, plan, seeds and command (idempotent)."""
-    record, _ = RunRecord.objects.update_or_create(run=run, defaults=record_fields(run))
+    record, _ = RunRecord.objects.update_or_create(run=run, defaults=record_fields(run, pytest))
     return record
 
 
-def record_fields(run: Run) -> dict[str, Any]:
-    """What a RunRecord holds for this run, read from the database and this host now."""
+def record_fields(run: Run, pytest: PytestRun | None = None) -> dict[str, Any]:
+    """What a RunRecord holds for this run, read from the database and this host now;
+    `pytest` is the run's process as planning made it (else made again the same way)."""
     run = Run.objects.select_related("trigger__dispatch", "config_version", "backend").get(
         pk=run.pk
     )
     tree = tree_facts(run)
-    env = planning.device_env(run, Path(tree["path"]))
+    pytest = pytest or planning.pytest_for(run, Path(tree["path"]))
+    env = pytest.environment.variables
     return {
         "trigger": trigger_facts(run.trigger),
         "artifacts": [artifact_facts(a) for a in run.artifacts.order_by("kind", "name")],
@@ -61,17 +63,22 @@ def record_fields(run: Run) -> dict[str, Any]:
         "config_text": run.config_version.yaml_text,
         "plan": plan_facts(run),
         "seeds": {"PYTHONHASHSEED": env.get("PYTHONHASHSEED", ""), "torch_test": TORCH_TEST_SEED},
-        "command": command_facts(run, env),
+        "command": command_facts(pytest),
         "test_tree": tree,
         "crcr": crcr_facts(),
     }
 
 
-def record_worker(run: Run, shard: Shard) -> WorkerEnvironment:
-    """Record this host's environment for a shard it claimed (once per claim)."""
+def record_worker(
+    run: Run, shard: Shard, environment: TestEnvironment | None = None, **_event: object
+) -> WorkerEnvironment:
+    """Record this host's environment for a shard it claimed (once per claim);
+    `environment` is what the shard's processes get (else made again the same way)."""
     facts = host_facts(run.backend.device_module)
-    env = planning.device_env(run, Path(tree_facts(run)["path"]))
-    names = (*environment.RELEVANT_ENV_VARS, *RUN_ENV_VARS)
+    if environment is None:
+        environment = planning.environment_for(run, Path(tree_facts(run)["path"]))
+    env = environment.variables
+    names = (*host.RELEVANT_ENV_VARS, *DEVICE_VARIABLES)
     facts["env_vars"] = {name: env[name] for name in names if name in env}
     row, _ = WorkerEnvironment.objects.get_or_create(
         shard=shard, shard_attempt=shard.attempts, defaults={"run": run, **facts}
@@ -79,7 +86,7 @@ def record_worker(run: Run, shard: Shard) -> WorkerEnvironment:
     return row
 
 
-def record_run_end(run: Run) -> Bundle:
+def record_run_end(run: Run, **_event: object) -> Bundle:
     """Once the run finished: make sure it has a record, and enqueue its bundle."""
     from reproducibility import bundles
 
@@ -94,7 +101,7 @@ def host_facts(device_module: str) -> dict[str, Any]:
     distribution = next(iter(importlib.metadata.packages_distributions().get(top, [])), "")
     cached = _host_cache.get(distribution)
     if cached is None or time.monotonic() - cached[0] > HOST_FACTS_SECONDS:
-        cached = (time.monotonic(), environment.capture(distribution))
+        cached = (time.monotonic(), host.capture(distribution))
         _host_cache[distribution] = cached
     return dict(cached[1])
 
@@ -157,17 +164,19 @@ def tree_facts(run: Run) -> dict[str, Any]:
     return {"kind": kind, "path": str(root), "fingerprint": run.test_suite_sha}
 
 
-def command_facts(run: Run, env: dict[str, str]) -> dict[str, Any]:
-    """The shape of every pytest process of the run, as runs.executor starts it."""
-    tree = env.get("TORCH_ROOT", "")
-    plugin = [arg.replace(tree, "${TORCH_ROOT}") for arg in planning.plugin_args(
-        run, Path("config.yaml"), Path(tree))]  # fmt: skip
+def command_facts(pytest: PytestRun) -> dict[str, Any]:
+    """The shape of every pytest process of the run, as runs.crash_pinning starts it."""
+    tree = str(pytest.tree)
+    shape = replace(
+        pytest, configs=[Path("config.yaml")], ids=Path("<ids>"), progress=Path("<log>"),
+        junit=Path("<xml>"),
+    )  # fmt: skip
+    env = pytest.environment.variables
     return {
-        "python": "python -m pytest --reuse-ids=<ids> -p runs.progress_plugin "
-        "--crcr-progress=<log> --junitxml=<xml> -p no:cacheprovider -q --no-header -rN",
-        "plugin_args": plugin,
+        "python": " ".join(["python", *shape.argv()[1:]]).replace(tree, "${TORCH_ROOT}"),
+        "plugin_args": [arg.replace(tree, "${TORCH_ROOT}") for arg in shape.reuse_args()],
         "cwd": "${TORCH_ROOT}",
-        "env": {name: env[name] for name in RUN_ENV_VARS if name in env},
+        "env": {name: env[name] for name in DEVICE_VARIABLES if name in env},
         "shard_timeout": settings.CRCR_SHARD_TIMEOUT,
         "test_timeout": settings.CRCR_TEST_TIMEOUT,
         "max_attempts": 3,

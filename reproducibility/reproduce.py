@@ -20,7 +20,7 @@ Steps of a re-run:
 4. compare each test's outcome class (outcome and failure category) with the
    recorded one; exit 0 when all match, 1 when one differs, 2 on an error.
 
-The pytest plugins (`crcr_reuse`, `runs.progress_plugin`) come from crcr: the
+The pytest plugins (`crcr_reuse`, `selection.reuse.progress_log`) come from crcr: the
 interpreter must have crcr installed (`pip install -e <crcr checkout>` at the
 commit in metadata.json), or the recorded checkout must still exist here.
 """
@@ -47,7 +47,7 @@ OUTCOME_CATEGORY = {"crashed": "crash", "timed_out": "timeout"}
 DEVICE_SUFFIX = re.compile(r"(PRIVATEUSE1|PRIVATEUSEONE)$")
 DROPPED_ENV = ("DJANGO_SETTINGS_MODULE", "DATABASE_URL", "CELERY_BROKER_URL")
 PROBE = (
-    "import importlib.metadata as m, selection.reuse.plugin, runs.progress_plugin; "
+    "import importlib.metadata as m, selection.reuse.plugin, selection.reuse.progress_log; "
     "print(any(e.name == 'crcr_reuse' for e in m.entry_points(group='pytest11')))"
 )
 
@@ -239,7 +239,7 @@ def run_pytest(
     ids_file.write_text("".join(f"{node_id}\n" for node_id in ids), encoding="utf-8")
     command = [
         python, "-m", "pytest", f"--reuse-ids={ids_file}",
-        "-p", "runs.progress_plugin", f"--crcr-progress={progress}",
+        "-p", "selection.reuse.progress_log", f"--crcr-progress={progress}",
         f"--junitxml={work / 'junit.xml'}", "-p", "no:cacheprovider", "-q", "--no-header", "-rN",
         "-p", plugin, f"--reuse-config={ROOT / 'config.yaml'}",
         f"--reuse-device={env.get('CRCR_REUSE_DEVICE', '')}", f"--reuse-torch-root={tree}",
@@ -271,7 +271,7 @@ def category_of(outcome: str, message: str) -> str:
     if outcome in OUTCOME_CATEGORY:
         return OUTCOME_CATEGORY[outcome]
     try:
-        from runs.classify import classify
+        from runs.triage import classify
     except ImportError:
         return "unknown (crcr's classifier is not importable)"
     return str(classify(message).category)

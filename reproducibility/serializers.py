@@ -26,13 +26,13 @@ class BundleSerializer(serializers.ModelSerializer):
                   "error", "created_at", "built_at", "expires_at", "url", "download_url"]  # fmt: skip
 
     def get_url(self, bundle: Bundle) -> str:
-        path = reverse("reproducibility:api:bundle_detail", args=[bundle.run.uuid, bundle.uuid])
+        path = reverse("api:bundle_detail", args=[bundle.run.uuid, bundle.uuid])
         return _absolute(self.context, path)
 
     def get_download_url(self, bundle: Bundle) -> str | None:
         if bundle.status != Bundle.Status.READY:
             return None
-        path = reverse("reproducibility:api:bundle_download", args=[bundle.run.uuid, bundle.uuid])
+        path = reverse("api:bundle_download", args=[bundle.run.uuid, bundle.uuid])
         return _absolute(self.context, path)
 
     def get_files(self, bundle: Bundle) -> int:
@@ -57,9 +57,7 @@ class RerunSerializer(serializers.ModelSerializer):
                   "comparison"]  # fmt: skip
 
     def get_url(self, made: Rerun) -> str:
-        return _absolute(
-            self.context, reverse("reproducibility:api:rerun_detail", args=[made.uuid])
-        )
+        return _absolute(self.context, reverse("api:rerun_detail", args=[made.uuid]))
 
     def get_comparison(self, made: Rerun) -> list[dict[str, Any]]:
         from reproducibility.rerun import comparison
@@ -82,5 +80,5 @@ class BisectionSerializer(serializers.ModelSerializer):
                   "first_bad_sha", "message", "created_at", "started_at", "finished_at", "url"]  # fmt: skip
 
     def get_url(self, bisection: Bisection) -> str:
-        path = reverse("reproducibility:api:bisection_detail", args=[bisection.uuid])
+        path = reverse("api:bisection_detail", args=[bisection.uuid])
         return _absolute(self.context, path)

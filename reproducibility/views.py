@@ -9,7 +9,7 @@ from django_htmx.http import HttpResponseStopPolling
 
 from crcr_site.lib.access import reviewer_required
 from crcr_site.lib.htmx import HtmxHttpRequest
-from reproducibility import access, attestation, bisect, bundles, report, rerun
+from reproducibility import access, attestation, bisect, bundles, rerun, summary
 from reproducibility import metadata as run_metadata
 from reproducibility.forms import AttemptFilterForm, BundleForm
 from reproducibility.models import Bisection, Bundle, Rerun
@@ -27,7 +27,7 @@ def record_detail(request: HtmxHttpRequest, uuid: str) -> HttpResponse:
         return response if busy else HttpResponseStopPolling(response.content)
     form = AttemptFilterForm(request.GET)
     outcome = form.cleaned_data["outcome"] if form.is_valid() else ""
-    context = report.context(run, outcome) | {"filter": form, "bundle_form": BundleForm()}
+    context = summary.context(run, outcome) | {"filter": form, "bundle_form": BundleForm()}
     return render(request, "reproducibility/record_detail.html", context | {"nav": "runs"})
 
 

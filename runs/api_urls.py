@@ -1,8 +1,9 @@
+"""The machine API of runs, mounted under /api/ by crcr_site.api_urls."""
+
 from django.urls import path
 
 from runs import api
 
-app_name = "api"
 urlpatterns = [
     path("dispatches/", api.DispatchIntakeAPI.as_view(), name="dispatch_create"),
     path("dispatches/<uuid:uuid>/", api.DispatchDetailAPI.as_view(), name="dispatch_detail"),

@@ -16,7 +16,7 @@ from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from runs.models import Shard, TestResult
-from runs.reports import TestRecord, parse_junit
+from runs.report_files import TestRecord, parse_junit
 
 BATCH = 2000
 

@@ -9,9 +9,7 @@ Steps:
    the shards with their ids and estimates; then enqueue them.
 """
 
-import os
-import subprocess
-import sys
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
@@ -19,9 +17,11 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from runs import relay, sharding, testtree
+from runs import events, sharding, worktrees
 from runs.models import Run, Shard, TestDuration
-from runs.reports import canonical
+from runs.relay import outbox
+from runs.report_files import canonical
+from selection.reuse.launcher import PytestRun, TestEnvironment
 
 
 class PlanningError(Exception):
@@ -34,30 +34,12 @@ def workdir_for(run: Run) -> Path:
     return path
 
 
-def device_env(run: Run, tree: Path) -> dict[str, str]:
-    """The environment every pytest process of the run gets."""
-    env = dict(os.environ)
-    for name in ("DJANGO_SETTINGS_MODULE", "DATABASE_URL", "CELERY_BROKER_URL"):
-        env.pop(name, None)  # the device subprocess is not crcr and needs neither
-    tmp = workdir_for(run) / "tmp"
-    tmp.mkdir(exist_ok=True)
-    env.update(
-        TMPDIR=str(tmp),  # the run's own temporary files, apart from other runs'
-        TORCH_ROOT=str(tree),
-        CRCR_REUSE_DEVICE=run.backend.device_module,
-        PYTHONPATH=os.pathsep.join([str(settings.BASE_DIR), env.get("PYTHONPATH", "")]),
-        PYTHONHASHSEED="0",
+def environment_for(run: Run, tree: Path) -> TestEnvironment:
+    """The interpreter and variables every pytest process of the run gets."""
+    # The run's own temporary files, apart from other runs'.
+    return TestEnvironment.for_device(
+        run.backend.device_module, tree, tmpdir=workdir_for(run) / "tmp"
     )
-    return env
-
-
-def plugin_args(run: Run, config: Path, tree: Path) -> list[str]:
-    return [
-        "-p", "crcr_reuse",
-        f"--reuse-config={config}",
-        f"--reuse-device={run.backend.device_module}",
-        f"--reuse-torch-root={tree}",
-    ]  # fmt: skip
 
 
 def write_config(run: Run) -> Path:
@@ -66,17 +48,15 @@ def write_config(run: Run) -> Path:
     return path
 
 
-def collect(run: Run) -> list[str]:
+def pytest_for(run: Run, tree: Path, environment: TestEnvironment | None = None) -> PytestRun:
+    """A pytest process of the run: its environment, its tree, its config."""
+    environment = environment or environment_for(run, tree)
+    return PytestRun(environment, tree, configs=[write_config(run)])
+
+
+def collect(run: Run, tree: Path, environment: TestEnvironment) -> list[str]:
     """Node ids of every test the run's config selects on its test tree."""
-    tree = testtree.tree_for(run.pytorch_sha)
-    config = write_config(run)
-    command = [
-        sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
-        *plugin_args(run, config, tree),
-    ]  # fmt: skip
-    completed = subprocess.run(
-        command, cwd=tree, env=device_env(run, tree), capture_output=True, text=True, timeout=1800
-    )
+    completed = replace(pytest_for(run, tree, environment), collect_only=True).run(timeout=1800)
     # Ids in one spelling of the backend's class suffix, as results are stored.
     lines = completed.stdout.splitlines()
     ids = [canonical(line) for line in lines if "::" in line and " " not in line]
@@ -97,18 +77,18 @@ def start(run_id: int) -> list[Shard]:
         return []
     run = Run.objects.select_related("backend", "config_version").get(pk=run_id)
     try:
-        ids = collect(run)
-    except (PlanningError, testtree.TestTreeError) as error:
+        tree = worktrees.tree_for(run.pytorch_sha)
+        environment = environment_for(run, tree)
+        ids = collect(run, tree, environment)
+    except (PlanningError, worktrees.TestTreeError) as error:
         end(run, Run.Status.ERROR, str(error))
         return []
     shards = plan(run, ids)
-    from reproducibility import capture
-
-    capture.record_run_start(run)
+    events.run_planned.send(Run, run=run, pytest=pytest_for(run, tree, environment))
     if not shards:
         end(run, Run.Status.FAILED, "the config selected no test")
         return []
-    relay.job_started(run)
+    outbox.job_started(run)
     for shard in shards:
         transaction.on_commit(partial(execute_shard.delay, shard.pk))
     return shards
@@ -119,10 +99,8 @@ def end(run: Run, status: str, error: str) -> None:
     """A run that ends before any shard ran: its status, reason and callbacks together."""
     run.status, run.error, run.finished_at = status, error, timezone.now()
     run.save(update_fields=["status", "error", "finished_at"])
-    relay.run_finished(run)
-    from reproducibility import capture
-
-    capture.record_run_end(run)
+    outbox.run_finished(run)
+    events.run_finished.send(Run, run=run)
 
 
 def plan(run: Run, ids: list[str]) -> list[Shard]:

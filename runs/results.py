@@ -17,9 +17,10 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from runs import relay
-from runs.classify import DisabledTests, LastGreen, classify, decide_verdict, load_disabled_tests
+from runs import events
 from runs.models import Failure, Run, Shard, TestResult
+from runs.relay import outbox
+from runs.triage import DisabledTests, LastGreen, classify, decide_verdict, load_disabled_tests
 
 OUTCOME_CATEGORY: dict[str, str] = {"crashed": "crash", "timed_out": "timeout"}
 
@@ -44,10 +45,8 @@ def finish_if_done(run_id: int) -> Run | None:
         run.finished_at = timezone.now()
         run.save(update_fields=["status", "finished_at"])
         # The callbacks and the bundle request commit with the status: none is lost.
-        relay.run_finished(run)
-        from reproducibility import capture
-
-        capture.record_run_end(run)
+        outbox.run_finished(run)
+        events.run_finished.send(Run, run=run)
     return run
 
 

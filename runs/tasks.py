@@ -8,8 +8,9 @@ from django.conf import settings
 from django.db import OperationalError
 from kombu.exceptions import ChannelError
 
-from runs import execution, gate, planning, relay, triggers
+from runs import gate, planning, shard_worker, triggers
 from runs.models import Backend
+from runs.relay import outbox
 from runs.upstream import RateLimitedError, UpstreamError
 
 
@@ -55,13 +56,13 @@ def plan_run(run_id: int) -> None:
 def execute_shard(self, shard_id: int) -> None:
     """Run one shard on this device host; infrastructure trouble retries with backoff."""
     try:
-        execution.execute(shard_id, worker=self.request.hostname)
-    except (execution.InfraError, OperationalError, OSError) as error:
-        execution.release(shard_id, str(error))
+        shard_worker.execute(shard_id, worker=self.request.hostname)
+    except (shard_worker.InfraError, OperationalError, OSError) as error:
+        shard_worker.release(shard_id, str(error))
         if self.request.retries >= settings.CRCR_SHARD_RETRIES:
-            execution.fail(shard_id, f"gave up after {self.request.retries} retries: {error}")
+            shard_worker.fail(shard_id, f"gave up after {self.request.retries} retries: {error}")
             return
-        countdown = min(30 * 2**self.request.retries, execution.RETRY_BACKOFF_MAX)
+        countdown = min(30 * 2**self.request.retries, shard_worker.RETRY_BACKOFF_MAX)
         raise self.retry(countdown=countdown) from error
 
 
@@ -69,11 +70,11 @@ def execute_shard(self, shard_id: int) -> None:
 def requeue_orphaned_shards() -> list[int]:
     """Beat, and each worker start: shards whose worker died, or whose message the
     broker lost, go back to the queue."""
-    orphans = execution.orphaned_shards()
+    orphans = shard_worker.orphaned_shards()
     if _waiting(execute_shard) == 0:
         # Pending shards but nothing queued: the broker lost their messages. A shard
         # that still had one runs once all the same: the claim lets one task win.
-        orphans += execution.unqueued_shards()
+        orphans += shard_worker.unqueued_shards()
     for shard_id in orphans:
         execute_shard.delay(shard_id)
     return orphans
@@ -103,13 +104,13 @@ def _requeue_on_start(sender: object = None, **kwargs: object) -> None:
 @shared_task(time_limit=120)
 def deliver_callback(callback_id: int) -> None:
     """Send one outbox row to the relay (retries reschedule this task)."""
-    relay.deliver(callback_id)
+    outbox.deliver(callback_id)
 
 
 @shared_task(time_limit=60)
 def deliver_due_callbacks() -> list[int]:
     """Beat: resend what is due, so a relay down for hours only delays callbacks."""
-    due = relay.due()
+    due = outbox.due()
     for callback_id in due:
         deliver_callback.delay(callback_id)
     return due

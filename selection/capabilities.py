@@ -9,7 +9,7 @@ clone, _to_copy, expand, …) count as supported: they run on any backend that h
 the primitives they are written in.
 
 The reference device reads its operator set from `CRCR_REFDEV_OPS`, so when the
-pipeline runs tests it hands the device exactly these capabilities (`device_env`).
+pipeline runs tests it hands the device exactly these capabilities (`device_variables`).
 """
 
 from __future__ import annotations
@@ -172,7 +172,7 @@ def _probe_key(device_module: str, shaping: tuple[tuple[str, str], ...]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
-def device_env(capabilities: Capabilities, workdir: Path) -> dict[str, str]:
+def device_variables(capabilities: Capabilities, workdir: Path) -> dict[str, str]:
     """Environment that gives the reference device the probed operators plus any enabled one
     (other devices ignore it). Nothing when the device is to run as it is."""
     if not capabilities.device_ops:

@@ -4,7 +4,7 @@ Steps of `scan()`:
 1. list `test/**/test_*.py` under the tree root and hash each file;
 2. a file whose (path, hash) was already parsed in any snapshot is copied from
    there (its tests, summaries and embeddings), not parsed again;
-3. the others are parsed (`selection.testsource`, no torch) and embedded
+3. the others are parsed (`selection.source_facts`, no torch) and embedded
    (`selection.embeddings`, loaded lazily, only when something new needs it);
 4. everything lands in one transaction per snapshot; re-scanning a SHA replaces it.
 
@@ -24,7 +24,7 @@ from django.db import transaction
 
 from selection import scope
 from selection.models import InventorySnapshot, TestFile, UpstreamTest
-from selection.testsource import ParsedFile, file_hash, parse_file
+from selection.source_facts import ParsedFile, file_hash, parse_file
 
 Progress = Callable[[str, int, int], None]
 BULK = 1000

@@ -15,25 +15,22 @@ Steps of `capture()`:
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import tempfile
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from django.conf import settings
 from django.db import transaction
 from django.db.models import Q
 
 from selection.models import CapturedTest, OpUsage
+from selection.reuse.launcher import OperatorCapture, PytestRun, TestEnvironment
 
 Key = tuple[str, str, str]
 Progress = Callable[[str, int, int], None]
-PLUGIN = "selection.opcapture_plugin"
 TEST_TIMEOUT = 120.0
 
 
@@ -46,45 +43,15 @@ class CaptureResult:
     lost_files: list[str] = field(default_factory=list)
 
 
-def capture_env(tree: Path, workdir: Path, device_module: str | None) -> dict[str, str]:
-    env = dict(os.environ)
-    for name in ("DJANGO_SETTINGS_MODULE", "DATABASE_URL", "CELERY_BROKER_URL"):
-        env.pop(name, None)
-    env.update(
-        TORCH_ROOT=str(tree),
-        PYTHONPATH=os.pathsep.join([str(settings.BASE_DIR), env.get("PYTHONPATH", "")]),
-        PYTHONHASHSEED="0",
-        TORCH_LOGS="post_grad_graphs,aot_graphs",
-        TORCH_LOGS_OUT=str(workdir / "torch_logs.txt"),
-    )
+def capture_environment(tree: Path, workdir: Path, device_module: str | None) -> TestEnvironment:
+    """The device's environment (or the CPU's, with no device) plus torch's graph logs."""
+    extra = {
+        "TORCH_LOGS": "post_grad_graphs,aot_graphs",
+        "TORCH_LOGS_OUT": str(workdir / "torch_logs.txt"),
+    }
     if device_module is None:
-        env["PYTORCH_TESTING_DEVICE_ONLY_FOR"] = "cpu"
-    else:
-        env["CRCR_REUSE_DEVICE"] = device_module
-    return env
-
-
-def capture_command(
-    files: Sequence[str],
-    tree: Path,
-    out: Path,
-    device_module: str | None,
-    config: Path | None,
-    keys: Path | None = None,
-) -> list[str]:
-    command = [
-        sys.executable, "-m", "pytest", *files, f"--rootdir={tree}",
-        "-p", PLUGIN, f"--opcapture-out={out}", f"--opcapture-root={tree}",
-        "-p", "no:cacheprovider", "-q", "--no-header", "-rN", "-o", "addopts=",
-    ]  # fmt: skip
-    if keys is not None:
-        command.append(f"--opcapture-keys={keys}")
-    if device_module is not None and config is not None:
-        command += [
-            "-p", "crcr_reuse", f"--reuse-config={config}", f"--reuse-device={device_module}",
-            f"--reuse-torch-root={tree}", f"--reuse-timeout={TEST_TIMEOUT:g}",
-        ]  # fmt: skip
-    return command
+        extra["PYTORCH_TESTING_DEVICE_ONLY_FOR"] = "cpu"
+    return TestEnvironment.for_device(device_module, tree, extra=extra)
 
 
 def run_capture(
@@ -106,7 +73,15 @@ def run_capture(
     out = workdir / "capture.jsonl"
     out.unlink(missing_ok=True)
     config = _all_tests_config(workdir, files) if device_module else None
-    env = capture_env(tree, workdir, device_module)
+    pytest = PytestRun(
+        capture_environment(tree, workdir, device_module),
+        tree,
+        configs=[config] if config else [],
+        rootdir=tree,
+        capture=OperatorCapture(out, tree, keys),
+        test_timeout=TEST_TIMEOUT if config else None,
+        extra_args=["-o", "addopts="],
+    )
     batches: list[list[str]] = [list(files)]
     done_files: set[str] = set()
     while batches:
@@ -115,10 +90,7 @@ def run_capture(
             progress("operator index: running tests under capture", len(done_files), len(files))
         result.processes += 1
         try:
-            completed = subprocess.run(
-                capture_command(batch, tree, out, device_module, config, keys),
-                cwd=tree, env=env, capture_output=True, text=True, timeout=timeout,
-            )  # fmt: skip
+            completed = replace(pytest, files=batch).run(timeout=timeout)
             died = completed.returncode not in (0, 1, 5)
         except subprocess.TimeoutExpired:
             died = True

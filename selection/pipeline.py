@@ -26,7 +26,7 @@ from django.conf import settings
 from django.db import transaction
 
 from runs.models import Backend
-from selection import classifiers, configwriter, inventory, opindex, refine, scope
+from selection import configwriter, inventory, opindex, proposers, refine, scope
 from selection.capabilities import Capabilities, for_backend
 from selection.models import (
     CapturedTest,
@@ -76,9 +76,7 @@ def current_config(backend: Backend) -> str:
     return version.yaml_text if version else "test_suite_config:\n  files: []\n"
 
 
-def evidence_for(
-    snapshot: InventorySnapshot, keys: Iterable[Key]
-) -> dict[Key, classifiers.Evidence]:
+def evidence_for(snapshot: InventorySnapshot, keys: Iterable[Key]) -> dict[Key, proposers.Evidence]:
     """Everything stage 3 needs per test: the inventory row, the capture, the op index."""
     wanted = set(keys)
     files = {key[0] for key in wanted}
@@ -90,13 +88,13 @@ def evidence_for(
         for c in CapturedTest.objects.filter(file_path__in=files)
     }
     ops = opindex.ops_of(wanted)
-    out: dict[Key, classifiers.Evidence] = {}
+    out: dict[Key, proposers.Evidence] = {}
     for test in tests:
         key = test.key
         if key not in wanted:
             continue
         seen = captured.get(key)
-        out[key] = classifiers.Evidence(
+        out[key] = proposers.Evidence(
             key=key,
             device_generic=test.device_generic,
             restrictions=list(test.device_restrictions),
@@ -140,18 +138,18 @@ def stage1(snapshot: InventorySnapshot, backend: Backend) -> scope.CoarseResult:
 
 
 def stage3(
-    evidence: dict[Key, classifiers.Evidence],
+    evidence: dict[Key, proposers.Evidence],
     capabilities: Capabilities,
-    classifier: classifiers.Classifier | None = None,
+    classifier: proposers.Classifier | None = None,
     progress: Progress | None = None,
 ) -> dict[Key, Decision]:
-    chosen = classifier or classifiers.configured_classifier()
-    fallback = classifiers.EvidenceClassifier()
+    chosen = classifier or proposers.configured_classifier()
+    fallback = proposers.EvidenceClassifier()
     decisions: dict[Key, Decision] = {}
     for n, (key, item) in enumerate(sorted(evidence.items()), start=1):
         try:
             verdict = chosen.classify(item, capabilities)
-        except classifiers.ClassifierError as error:
+        except proposers.ClassifierError as error:
             verdict = fallback.classify(item, capabilities)
             verdict.evidence["rejected_answer"] = f"{chosen.name}: {error}"
         decisions[key] = Decision(
@@ -327,7 +325,7 @@ def run_for_backend(
     pytorch_sha: str | None = None,
     progress: Progress | None = None,
     run: SelectionRun | None = None,
-    classifier: classifiers.Classifier | None = None,
+    classifier: proposers.Classifier | None = None,
     device: bool = True,
 ) -> SelectionRun:
     """Inventory the tree, run stages 1-4 for the backend, leave proposals in the review queue."""
@@ -350,7 +348,7 @@ def _select(
     tree_root: Path | str | None,
     pytorch_sha: str | None,
     report: Progress,
-    classifier: classifiers.Classifier | None,
+    classifier: proposers.Classifier | None,
     device: bool,
 ) -> dict[str, Any]:
     timings: dict[str, float] = {}
@@ -363,9 +361,9 @@ def _select(
 
     tree = Path(tree_root).resolve() if tree_root else default_tree()
     if tree_root is None and pytorch_sha and (tree / ".git").exists():
-        from runs import testtree
+        from runs import worktrees
 
-        tree = testtree.tree_for(pytorch_sha)  # TORCH_ROOT is a clone: the SHA's worktree
+        tree = worktrees.tree_for(pytorch_sha)  # TORCH_ROOT is a clone: the SHA's worktree
     sha = pytorch_sha or tree_sha(tree)
     SelectionRun.objects.filter(pk=run.pk).update(pytorch_sha=sha)
     snapshot = inventory.scan(tree, sha, report)

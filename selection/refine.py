@@ -2,12 +2,12 @@
 
 Running goes through the normal shard machinery: the proposals become a config
 (`configwriter.standalone`), pytest collects it with the reuse plugin, and
-`runs.executor.Executor` runs the ids (crash pinning, hang watchdog, one retry
+`runs.crash_pinning.Executor` runs the ids (crash pinning, hang watchdog, one retry
 of failures that are not deterministic). The results are grouped per generic
 test (the `crcr_test` property) and each proposal is corrected:
 - every variant passed: confirmed; a pass of an `xfail` (XPASS, strict or not)
   promotes it to `mandatory_success`; a pass only on retry makes it flaky;
-- failures, classified by `runs.classify`: `unsupported_op` => skip naming the
+- failures, classified by `runs.triage`: `unsupported_op` => skip naming the
   op (or drop only the failing OpInfos / dtypes); `unsupported_dtype` => drop
   those dtypes; `numerical_mismatch` => a tolerance edit when the difference is
   small, else xfail; crash / timeout => skip; anything else => xfail.
@@ -19,21 +19,19 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 import re
-import subprocess
-import sys
 import threading
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from runs.classify import classify
-from runs.executor import Executor, ShardSpec
-from runs.reports import TestRecord
-from selection.capabilities import Capabilities, device_env
+from runs.crash_pinning import Executor, ShardSpec
+from runs.report_files import TestRecord
+from runs.triage import classify
+from selection.capabilities import Capabilities, device_variables
+from selection.reuse.launcher import PytestRun, TestEnvironment
 
 Key = tuple[str, str, str]
 Progress = Callable[[str, int, int], None]
@@ -73,31 +71,6 @@ class Observed:
         }
 
 
-def env_for(
-    tree: Path, device_module: str, capabilities: Capabilities, workdir: Path
-) -> dict[str, str]:
-    from django.conf import settings
-
-    env = dict(os.environ)
-    for name in ("DJANGO_SETTINGS_MODULE", "DATABASE_URL", "CELERY_BROKER_URL"):
-        env.pop(name, None)
-    env.update(
-        TORCH_ROOT=str(tree),
-        CRCR_REUSE_DEVICE=device_module,
-        PYTHONPATH=os.pathsep.join([str(settings.BASE_DIR), env.get("PYTHONPATH", "")]),
-        PYTHONHASHSEED="0",
-    )
-    env.update(device_env(capabilities, workdir))
-    return env
-
-
-def plugin_args(config: Path, device_module: str, tree: Path) -> list[str]:
-    return [
-        "-p", "crcr_reuse", f"--reuse-config={config}", f"--reuse-device={device_module}",
-        f"--reuse-torch-root={tree}", f"--reuse-timeout={TEST_TIMEOUT / 2:g}",
-    ]  # fmt: skip
-
-
 def run_on_device(
     tree: Path,
     config_text: str,
@@ -110,12 +83,11 @@ def run_on_device(
     workdir.mkdir(parents=True, exist_ok=True)
     config = workdir / "config.yaml"
     config.write_text(config_text)
-    env = env_for(tree, device_module, capabilities, workdir)
-    args = plugin_args(config, device_module, tree)
-    completed = subprocess.run(
-        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *args],
-        cwd=tree, env=env, capture_output=True, text=True, timeout=1800,
-    )  # fmt: skip
+    environment = TestEnvironment.for_device(
+        device_module, tree, extra=device_variables(capabilities, workdir)
+    )
+    pytest = PytestRun(environment, tree, configs=[config], test_timeout=TEST_TIMEOUT / 2)
+    completed = replace(pytest, collect_only=True).run(timeout=1800)
     ids = [line for line in completed.stdout.splitlines() if "::" in line and " " not in line]
     broken = collection_errors(completed.stdout)
     if completed.returncode not in (0, 5) and not (ids or broken):
@@ -133,14 +105,10 @@ def run_on_device(
     spec = ShardSpec(
         ids=ids,
         workdir=workdir / "shard",
-        cwd=tree,
-        pytest_args=args,
-        env=env,
-        python=sys.executable,
+        pytest=pytest,
         timeout=3600,
         test_timeout=TEST_TIMEOUT,
         max_attempts=2,
-        ids_option="--reuse-ids",
     )
     watcher = _Watcher(spec.workdir, len(ids), progress)
     with watcher:

@@ -14,19 +14,20 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 from collections import Counter, defaultdict
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import yaml
 
+from .launcher import PytestRun, TestEnvironment
 from .loader import ConfigError, load_configs
 from .matching import Decision, Rules
 from .schema import MODES, Config, DtypeSpec, OpSpec
-from .testtree import resolve_test_id, scan_file
+from .static_scan import resolve_test_id, scan_file
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -260,25 +261,17 @@ def _collected_counts(config: Config, args: argparse.Namespace) -> dict[str, Cou
     """Generated tests per file and mode, from a --collect-only run through the plugin."""
     with tempfile.TemporaryDirectory() as tmp:
         report = os.path.join(tmp, "collect.json")
-        command = [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-p",
-            "crcr_reuse",
-            "-p",
-            "no:cacheprovider",
-            "-p",
-            "no:django",
-            "--collect-only",
-            "-q",
-            f"--rootdir={tmp}",
-            f"--reuse-json={report}",
-        ]
-        command += [f"--reuse-config={os.path.abspath(path)}" for path in args.configs]
-        command += [f"--reuse-device={args.device}"] if args.device else []
-        command += [f"--reuse-torch-root={args.torch_root}"] if args.torch_root else []
-        done = subprocess.run(command, cwd=tmp, capture_output=True, text=True, check=False)
+        pytest = PytestRun(
+            TestEnvironment(sys.executable, os.environ, args.device),
+            Path(args.torch_root) if args.torch_root else None,
+            configs=[Path(os.path.abspath(path)) for path in args.configs],
+            collect_only=True,
+            json_report=Path(report),
+            rootdir=Path(tmp),
+            cwd=Path(tmp),
+            extra_args=["-p", "no:django"],
+        )
+        done = pytest.run(timeout=3600)
         if not os.path.exists(report):
             raise ValueError(f"collection failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
         with open(report) as handle:

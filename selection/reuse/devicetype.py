@@ -29,8 +29,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from .idlist import ShardFilter
 from .matching import Rules, VariantFilter
-from .sharding import ShardFilter
 
 ONLY_FOR_ENV = "PYTORCH_TESTING_DEVICE_ONLY_FOR"
 

@@ -22,12 +22,12 @@ from typing import Any
 
 import pytest
 
+from .idlist import ShardFilter, normalize_class
 from .loader import ConfigError, load_configs
 from .marking import Marking
 from .matching import Decision, Rules
 from .report import JsonReport, summary_lines
-from .sharding import ShardFilter, normalize_class
-from .testtree import DEVICE_SUFFIX as DEVICE_CLASS
+from .static_scan import DEVICE_SUFFIX as DEVICE_CLASS
 from .timeouts import time_limit
 
 ENV_DEVICE = "CRCR_REUSE_DEVICE"

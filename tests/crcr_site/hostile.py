@@ -130,8 +130,8 @@ def build() -> list[Page]:
             reverse("selection:configchange_detail", args=[change.uuid]),
             reverse("selection:configchange_merge", args=[change.uuid]),
         ),
-        Page("operators", reverse("selection:operator_list"), reverse("pipeline:operator_enable")),
-        Page("selection run", reverse("pipeline:selectionrun_detail", args=[selection.uuid])),
+        Page("operators", reverse("selection:operator_list"), reverse("selection:operator_enable")),
+        Page("selection run", reverse("selection:selectionrun_detail", args=[selection.uuid])),
         Page(
             "reproducibility record",
             reverse("reproducibility:record_detail", args=[red.uuid]),

@@ -19,10 +19,10 @@ from django.conf import settings
 from playwright.sync_api import expect
 
 from crcr_site.celery import app
+from demo.localgit import PyTorchShapedRepo
 from reproducibility.models import Bundle
-from runs.localgit import PyTorchShapedRepo
 from runs.models import Dispatch, Failure, Run
-from runs.relay_simulator import RelaySimulator
+from runs.relay.simulator import RelaySimulator
 from selection import configwriter, pipeline
 from selection.models import ConfigVersion, Proposal, SelectionRun
 from selection.tasks import run_selection

@@ -5,10 +5,10 @@ from datetime import timedelta
 import pytest
 from django.conf import settings as django_settings
 
+from demo.localgit import PyTorchShapedRepo
 from reproducibility import bisect
 from reproducibility.models import Bisection
-from runs import executor
-from runs.localgit import PyTorchShapedRepo
+from runs import crash_pinning
 from tests.factories import make_backend, make_config, make_user
 from tests.reproducibility.builders import add_result, make_run
 
@@ -123,11 +123,11 @@ def test_runs_that_differ_in_more_than_the_pytorch_sha_are_not_bisected(upstream
 
 
 def test_a_test_missing_or_skipped_at_a_commit_is_neither_good_nor_bad():
-    absent = executor.TestRecord(NODE, "error", message="not collected: unknown test id")
+    absent = crash_pinning.TestRecord(NODE, "error", message="not collected: unknown test id")
     assert bisect.judge("f" * 40, [absent])[0] == "unknown"
-    assert bisect.judge("f" * 40, [executor.TestRecord(NODE, "skipped")])[0] == "unknown"
-    assert bisect.judge("f" * 40, [executor.TestRecord(NODE, "crashed")])[0] == "bad"
-    assert bisect.judge("f" * 40, [executor.TestRecord(NODE, "passed")])[0] == "good"
+    assert bisect.judge("f" * 40, [crash_pinning.TestRecord(NODE, "skipped")])[0] == "unknown"
+    assert bisect.judge("f" * 40, [crash_pinning.TestRecord(NODE, "crashed")])[0] == "bad"
+    assert bisect.judge("f" * 40, [crash_pinning.TestRecord(NODE, "passed")])[0] == "good"
 
 
 def test_a_redelivered_bisection_task_does_nothing(upstream):

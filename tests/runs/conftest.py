@@ -5,7 +5,7 @@ from typing import Any
 
 import pytest
 
-from runs.localgit import PyTorchShapedRepo
+from demo.localgit import PyTorchShapedRepo
 from tests.factories import make_backend, make_config
 
 

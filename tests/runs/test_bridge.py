@@ -1,4 +1,4 @@
-"""`python -m runs.bridge` as its own process, against the relay simulator and a fake crcr."""
+"""`python -m runs.relay.bridge` as its own process, against the relay simulator and a fake crcr."""
 
 import base64
 import json
@@ -16,8 +16,8 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 import yaml
 
-from runs import relay_protocol as protocol
-from runs.relay_simulator import RelaySimulator
+from runs.relay import protocol
+from runs.relay.simulator import RelaySimulator
 
 ROOT = Path(__file__).resolve().parents[2]
 REPO = "acme/backend"
@@ -157,7 +157,7 @@ def bridge(tmp_path: Path, crcr_url: str, relay_url: str, *args: str, env: Any =
         *args,
     ]
     return subprocess.run(
-        [sys.executable, "-m", "runs.bridge", *command],
+        [sys.executable, "-m", "runs.relay.bridge", *command],
         cwd=ROOT,
         env={**clean, **actions, **(env or {})},
         capture_output=True,
@@ -340,7 +340,10 @@ def test_an_unreachable_crcr_exits_3(tmp_path, relay):
 def test_missing_configuration_exits_2_and_help_exits_0(tmp_path, relay):
     missing = bridge(tmp_path, "", relay.url)
     helped = subprocess.run(
-        [sys.executable, "-m", "runs.bridge", "--help"], cwd=ROOT, capture_output=True, text=True
+        [sys.executable, "-m", "runs.relay.bridge", "--help"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
     )
 
     assert missing.returncode == 2
@@ -361,7 +364,7 @@ def test_forward_only_forwards_and_reports_nothing(tmp_path, crcr, relay):
 
 def test_the_bridge_and_the_simulator_import_nothing_from_django():
     check = (
-        "import sys, runs.bridge, runs.relay_simulator; "
+        "import sys, runs.relay.bridge, runs.relay.simulator; "
         "assert not [m for m in sys.modules if m.split('.')[0] in ('django', 'rest_framework')]"
     )
 
@@ -371,15 +374,15 @@ def test_the_bridge_and_the_simulator_import_nothing_from_django():
 
 
 def test_the_workflow_templates_forward_every_dispatch_and_report_with_oidc():
-    bridge_flow = yaml.safe_load((ROOT / "runs/workflows/crcr-bridge.yml").read_text())
-    forward_flow = yaml.safe_load((ROOT / "runs/workflows/forward-dispatch.yml").read_text())
+    bridge_flow = yaml.safe_load((ROOT / "runs/relay/workflows/crcr-bridge.yml").read_text())
+    forward_flow = yaml.safe_load((ROOT / "runs/relay/workflows/forward-dispatch.yml").read_text())
 
     for flow in (bridge_flow, forward_flow):
         assert flow[True] == {"repository_dispatch": {"types": ["pull_request", "push"]}}
         assert flow["permissions"] == {"contents": "read"}
     forward, report = bridge_flow["jobs"]["forward"], bridge_flow["jobs"]["report"]
     assert "concurrency" not in forward
-    assert forward["steps"][-1]["run"] == "python -m runs.bridge --forward-only"
+    assert forward["steps"][-1]["run"] == "python -m runs.relay.bridge --forward-only"
     assert report["permissions"] == {"id-token": "write", "contents": "read"}
     assert report["concurrency"]["cancel-in-progress"] is False
     assert "pull_request.number" in report["concurrency"]["group"]

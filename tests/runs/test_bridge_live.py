@@ -8,7 +8,7 @@ import sys
 from django.conf import settings
 
 from runs.models import Run
-from runs.relay_simulator import RelaySimulator
+from runs.relay.simulator import RelaySimulator
 from tests.dispatches import pr_dispatch
 from tests.factories import make_backend, make_config, make_token, make_user
 
@@ -37,7 +37,7 @@ def test_the_bridge_reproduces_the_aggregate_flow(live_server, celery_worker, up
         event.write_text(json.dumps(client_payload))
         completed = subprocess.run(
             [
-                sys.executable, "-m", "runs.bridge", "--crcr", live_server.url,
+                sys.executable, "-m", "runs.relay.bridge", "--crcr", live_server.url,
                 "--crcr-token-file", str(crcr_token), "--backend", "acme",
                 "--relay-url", relay.url, "--relay-token", f"file:{relay_token}",
                 "--payload", str(event), "--job-name", "crcr", "--workflow-name", "oot-ci",

@@ -4,9 +4,10 @@ import uuid
 
 import pytest
 
-from runs import relay, results
+from runs import results
 from runs.models import Dispatch, RelayCallback, Run, Shard, TestResult, Trigger
-from runs.relay_simulator import RelaySimulator
+from runs.relay import outbox
+from runs.relay.simulator import RelaySimulator
 from tests.dispatches import pr_dispatch
 from tests.factories import make_backend, make_config, make_user
 from tests.waiting import wait_for
@@ -45,10 +46,10 @@ def finished_run(backend, simulator, shards: int = 2) -> Run:
         pytorch_sha="a" * 40, test_suite_sha="a" * 40,
         config_version=backend.config_versions.get(), status=Run.Status.RUNNING,
     )  # fmt: skip
-    relay.job_started(run)
+    outbox.job_started(run)
     for index in range(shards):
         shard = Shard.objects.create(run=run, index=index, test_ids=[], status="running")
-        relay.job_started(run, shard)
+        outbox.job_started(run, shard)
         for number, outcome in enumerate(["passed", "passed", "failed", "skipped"]):
             TestResult.objects.create(
                 shard=shard, run=run, node_id=f"test/t.py::T::test_{index}_{number}",
@@ -133,8 +134,8 @@ def test_a_manual_run_reports_nothing(relayed_backend, simulator):
         pytorch_sha="b" * 40, test_suite_sha="b" * 40,
         config_version=relayed_backend.config_versions.get(),
     )  # fmt: skip
-    relay.job_started(run)
-    relay.run_finished(run)
+    outbox.job_started(run)
+    outbox.run_finished(run)
     assert not run.callbacks.exists()
 
 
@@ -147,7 +148,7 @@ def test_a_nightly_run_self_reports_one_completed(relayed_backend, simulator, ce
         pytorch_sha="c" * 40, test_suite_sha="c" * 40, status="running",
         config_version=relayed_backend.config_versions.get(),
     )  # fmt: skip
-    relay.job_started(run)
+    outbox.job_started(run)
     shard = Shard.objects.create(run=run, index=0, status="done")
     TestResult.objects.create(
         shard=shard, run=run, node_id="test/t.py::T::test_a", file_path="test/t.py",
@@ -177,7 +178,7 @@ def test_a_run_that_ended_before_it_started_still_announces_its_job(
         pytorch_sha="e" * 40, test_suite_sha="e" * 40, status="error",
         config_version=relayed_backend.config_versions.get(), error="collection failed",
     )  # fmt: skip
-    relay.run_finished(run)  # as planning does when collection fails
+    outbox.run_finished(run)  # as planning does when collection fails
     wait_for(lambda: delivered(run), what="both callbacks")
     assert jobs_in(simulator) == {"acme": ["in_progress", "completed"]}
     assert simulator.accepted[1].body["workflow"]["conclusion"] == "cancelled"

@@ -11,7 +11,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from runs import relay_protocol as protocol
+from runs.relay import protocol
 
 SHA = "a" * 40
 DISPATCH = {

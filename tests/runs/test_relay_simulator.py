@@ -14,8 +14,8 @@ from django.core.management import call_command
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runs import relay_protocol as protocol
-from runs.relay_simulator import JobKey, RelaySimulator
+from runs.relay import protocol
+from runs.relay.simulator import JobKey, RelaySimulator
 
 REPO = "acme/backend"
 SHA = "b" * 40

@@ -11,8 +11,8 @@ import pytest
 
 from runs import planning, triggers
 from runs.models import Dispatch, Failure, Run, Shard, TestResult
-from runs.relay_simulator import RelaySimulator
-from runs.reports import canonical
+from runs.relay.simulator import RelaySimulator
+from runs.report_files import canonical
 from tests.dispatches import pr_dispatch
 from tests.factories import make_backend, make_config
 from tests.runs.treeconfig import TREE, tree_config
@@ -34,7 +34,7 @@ def direct_outcomes(tmp_path) -> dict[str, str]:
     subprocess.run(
         [
             sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-            "-p", "runs.progress_plugin", f"--crcr-progress={progress}",
+            "-p", "selection.reuse.progress_log", f"--crcr-progress={progress}",
             "-p", "crcr_reuse", f"--reuse-config={config}", f"--reuse-torch-root={TREE}",
             f"--deselect={PLANTED}",
         ],

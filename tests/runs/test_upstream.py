@@ -6,7 +6,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from runs.localgit import PyTorchShapedRepo
+from demo.localgit import PyTorchShapedRepo
 from runs.upstream import (
     GitHubResolver,
     LocalGitResolver,

@@ -6,7 +6,7 @@ import pytest
 
 from selection import inventory
 from selection.models import TestFile, UpstreamTest
-from selection.testsource import parse_file
+from selection.source_facts import parse_file
 
 OPS_FILE = '''# Owner(s): ["module: tests"]
 # OpInfo tests over a slice of op_db.

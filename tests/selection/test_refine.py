@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from runs.models import Run, Shard, TestResult, Trigger
-from runs.reports import TestRecord as Attempt
+from runs.report_files import TestRecord as Attempt
 from selection.refine import correct, flaky_history, observe
 from tests.factories import make_backend, make_config
 

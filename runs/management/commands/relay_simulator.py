@@ -3,7 +3,7 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from runs.relay_simulator import ADMIN_PREFIX, RelaySimulator
+from runs.relay.simulator import ADMIN_PREFIX, RelaySimulator
 
 
 def _pair(text: str, what: str) -> tuple[str, str]:
@@ -24,7 +24,7 @@ def _read_token(path: str) -> str:
 
 
 class Command(BaseCommand):
-    help = "Run a local CRCR relay simulator in the foreground (see runs/RELAY.md)."
+    help = "Run a local CRCR relay simulator in the foreground (see runs/relay/README.md)."
 
     def add_arguments(self, parser):
         parser.add_argument("--host", default="127.0.0.1")

@@ -1,7 +1,7 @@
 from django.core.management.base import BaseCommand, CommandError
 
 from runs.models import Backend
-from selection import classifiers, pipeline
+from selection import pipeline, proposers
 from selection.progress import Bar
 
 
@@ -27,8 +27,8 @@ class Command(BaseCommand):
         if profile is None:
             raise CommandError(f"no backend named {backend!r}")
         try:
-            classifier = classifiers.configured_classifier()
-        except classifiers.ClassifierError as error:
+            classifier = proposers.configured_classifier()
+        except proposers.ClassifierError as error:
             raise CommandError(str(error)) from None
         bar = Bar()
         run = pipeline.run_for_backend(

@@ -10,7 +10,7 @@ import pytest
 
 from selection import pipeline
 from selection.capabilities import Capabilities
-from selection.classifiers import (
+from selection.proposers import (
     ChatClassifier,
     ClassifierError,
     Evidence,

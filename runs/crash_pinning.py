@@ -1,7 +1,8 @@
 """Run a shard's tests in pytest subprocesses: crash pinning and per-test retries.
 
-Pure Python (no Django): the device task gives it the ids and the command line
-and gets back every attempt of every test.
+Pure Python (no Django): the caller gives it the ids and the process to run
+them in (a `selection.reuse.launcher.PytestRun`: environment, tree, configs) and
+gets back every attempt of every test.
 
 Steps:
 1. run all ids in one pytest process, with a progress log of started and
@@ -14,24 +15,22 @@ Steps:
    to `max_attempts` in all: a pass then makes the test flaky.
 """
 
-import ctypes
-import ctypes.util
-import os
 import signal
 import subprocess
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from runs.reports import FAILING, TestRecord, canonical, check_junit, read_progress
+from runs.report_files import FAILING, TestRecord, canonical, check_junit, read_progress
+from selection.reuse import launcher
+from selection.reuse.launcher import PytestRun
 
-EXIT_OK = (0, 1, 5)
+EXIT_OK = (0, 1, 5)  # all passed, some failed, none collected: pytest ended normally
 WATCH_INTERVAL = 0.5
 # A process run for one test still imports torch's test machinery first (~10 s, far
 # more on a loaded host); the hang watchdog, not this allowance, bounds the test.
 STARTUP_SECONDS = 300
-PR_SET_PDEATHSIG = 1  # all passed, some failed, none collected: pytest ended normally
 
 
 class ProcessFailed(Exception):
@@ -63,16 +62,11 @@ class ProcessResult:
 class ShardSpec:
     ids: Sequence[str]
     workdir: Path
-    cwd: Path
-    pytest_args: Sequence[str]
-    env: dict[str, str]
-    python: str = "python"
+    # Every process of the shard is this one with its own ids and outputs.
+    pytest: PytestRun
     timeout: float = 1800
     test_timeout: float = 300
     max_attempts: int = 3
-    # How ids reach pytest: "@" for an argument file, or an option such as
-    # "--reuse-ids" whose value is a file of node ids.
-    ids_option: str = "@"
 
 
 class Executor:
@@ -146,28 +140,9 @@ class Executor:
         progress = self.spec.workdir / f"{tag}.progress.jsonl"
         junit = self.spec.workdir / f"{tag}.junit.xml"
         ids_file.write_text("".join(f"{node_id}\n" for node_id in ids))
-        selector = (
-            f"@{ids_file}" if self.spec.ids_option == "@" else f"{self.spec.ids_option}={ids_file}"
-        )
-        command = [
-            self.spec.python, "-m", "pytest", selector,
-            "-p", "runs.progress_plugin", f"--crcr-progress={progress}",
-            f"--junitxml={junit}",
-            "-p", "no:cacheprovider", "-q", "--no-header", "-rN",
-            *self.spec.pytest_args,
-        ]  # fmt: skip
         log = self.spec.workdir / f"{tag}.log"
-        with log.open("wb") as output:
-            process = subprocess.Popen(
-                command,
-                cwd=self.spec.cwd,
-                env=self.spec.env,
-                stdout=output,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # its own process group, so a kill takes every child
-                preexec_fn=_die_with_parent,
-            )
-            exit_code, timed_out = self._watch(process, progress, timeout)
+        process = replace(self.spec.pytest, ids=ids_file, progress=progress, junit=junit).start(log)
+        exit_code, timed_out = self._watch(process, progress, timeout)
         ended = not timed_out and exit_code is not None and exit_code >= 0
         records, started = read_progress(progress, ended=ended)
         if ended and exit_code in EXIT_OK:
@@ -178,7 +153,7 @@ class Executor:
         return ProcessResult(records, started, exit_code, timed_out, tail)
 
     def _watch(
-        self, process: subprocess.Popen, progress: Path, timeout: float
+        self, process: subprocess.Popen[bytes], progress: Path, timeout: float
     ) -> tuple[int | None, bool]:
         """Wait for the process; kill it when the shard or one test runs too long."""
         deadline = time.monotonic() + timeout
@@ -188,8 +163,7 @@ class Executor:
             except subprocess.TimeoutExpired:
                 pass
             if time.monotonic() > deadline or _test_hangs(progress, self.spec.test_timeout):
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
+                launcher.kill(process)
                 return None, True
 
 
@@ -205,12 +179,6 @@ def _test_hangs(progress: Path, limit: float) -> bool:
     except (OSError, IndexError):
         return False
     return b'"event": "start"' in last
-
-
-def _die_with_parent() -> None:
-    """In the child: be killed when the worker that started it dies (Linux)."""
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def _crash_message(process: ProcessResult) -> str:

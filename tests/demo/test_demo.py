@@ -2,7 +2,7 @@
 
 from django.core.management import call_command
 
-from runs import demo
+from demo import main_job
 from runs.models import Dispatch, Run
 from tests.factories import make_proposal
 from tests.waiting import wait_for
@@ -31,14 +31,14 @@ def test_the_demo_feeds_a_merged_pr_through_the_intake_once(
 
 
 def test_the_demo_leaves_a_config_pr_of_what_the_device_verified(db):
-    demo.create_demo_user()
-    backend = demo.load_backend().backend
+    main_job.create_demo_user()
+    backend = main_job.load_backend().backend
     refined = {"file_path": "test/test_plain_reuse.py", "class_name": "TestPlainMath"}
     make_proposal(backend, **refined, test_name="test_sum", stage="refine")
     make_proposal(backend, **refined, test_name="test_wrong_on_purpose", stage="refine",
                   mode="xfail", reason="asserts 11 == 10 on purpose")  # fmt: skip
     make_proposal(backend, **refined, test_name="test_passes_today", stage="classify")
-    change = demo.open_config_pr(backend)
+    change = main_job.open_config_pr(backend)
     assert change is not None and change.status == "open"
     assert sorted(change.proposals.values_list("test_name", flat=True)) == [
         "test_sum",
@@ -47,5 +47,5 @@ def test_the_demo_leaves_a_config_pr_of_what_the_device_verified(db):
     assert "# Why: asserts 11 == 10 on purpose" in change.proposed_text
     # The unverified proposal waits in the queue; a second demo run opens nothing new.
     assert backend.proposals.get(test_name="test_passes_today").status == "pending"
-    assert demo.open_config_pr(backend) == change
+    assert main_job.open_config_pr(backend) == change
     assert backend.config_changes.count() == 1

@@ -19,10 +19,10 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.db import transaction
 
+from demo.localgit import PyTorchShapedRepo
 from runs import dispatch as intake
-from runs.localgit import PyTorchShapedRepo
 from runs.models import Backend, Dispatch
-from runs.relay_simulator import RelaySimulator
+from runs.relay.simulator import RelaySimulator
 from selection import configprs, review
 from selection.models import ConfigChange, ConfigVersion, Proposal
 

@@ -1,6 +1,6 @@
 """Pages of the selection pipeline: a run's live status, the operators and "enable an operator".
 
-Wire them with `path("", include("selection.pipeline_urls"))` (namespace `pipeline`).
+Mounted by `selection.urls` (namespace `selection`), like the other pages of the app.
 """
 
 from functools import partial
@@ -48,7 +48,7 @@ def operator_enable(request: HtmxHttpRequest) -> HttpResponse:
         backend, SelectionRun.Kind.ENABLE_OP, form.cleaned_data["op"], user=request.user
     )
     transaction.on_commit(partial(enable_operator.delay, run.pk))
-    return redirect("pipeline:selectionrun_detail", uuid=run.uuid)
+    return redirect("selection:selectionrun_detail", uuid=run.uuid)
 
 
 @login_required

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from runs import ingest
-from runs.executor import Executor, ShardSpec
+from runs.crash_pinning import Executor, ShardSpec
 from runs.models import Run, Shard, Trigger
-from runs.reports import ReportError, check_junit, parse_junit, read_progress
+from runs.report_files import ReportError, check_junit, parse_junit, read_progress
 from tests.factories import make_backend, make_config
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,6 +1,6 @@
 """The review queue: filter, sort and page proposals; approve, reject or edit them inline.
 
-Config PR pages are in `configpr_views.py`.
+Config PR pages are in `selection/views/configprs.py`.
 """
 
 from urllib.parse import urlencode

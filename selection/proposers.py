@@ -30,7 +30,7 @@ from typing import Any, Protocol
 
 from selection.capabilities import Capabilities
 from selection.reuse.schema import MODES, NAME_FORM, canonical_dtype
-from selection.testsource import EXCLUDES_PRIVATEUSE1
+from selection.source_facts import EXCLUDES_PRIVATEUSE1
 
 Key = tuple[str, str, str]
 DEVICE_NAMES = ("privateuse1", "privateuseone")

@@ -1,6 +1,6 @@
 """The aggregate-mode bridge: one GitHub Actions job forwards a dispatch and reports to the HUD.
 
-Runs as `python -m runs.bridge` on a runner that has only Python's standard library, so it
+Runs as `python -m runs.relay.bridge` on a runner that has only Python's standard library, so it
 imports nothing from Django. Steps:
 1. read the dispatch's client_payload (`$GITHUB_EVENT_PATH` or `--payload`);
 2. forward it to crcr (`POST /api/dispatches/?backend=…`; idempotent on delivery_id);
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from runs import relay_protocol as protocol
+from runs.relay import protocol
 
 OK, RUN_FAILED, USAGE, UNREACHABLE = 0, 1, 2, 3
 FINISHED = ("passed", "failed", "cancelled", "timed_out", "error")
@@ -312,7 +312,7 @@ def parser() -> argparse.ArgumentParser:
         f"{server}/{repository}/actions/runs/{run_id}" if server and repository and run_id else None
     )
     p = argparse.ArgumentParser(
-        prog="python -m runs.bridge",
+        prog="python -m runs.relay.bridge",
         description="Forward a CRCR dispatch to crcr, follow its runs, report them to the relay.",
         epilog="Exit codes: 0 success, 1 a run did not succeed, 2 usage/configuration error "
         "or a refused callback, 3 relay or crcr unreachable.",

@@ -1,8 +1,8 @@
 """CRCR relay callbacks, schema version "1": bodies, validation, tokens, sending, retries.
 
-Imports nothing from Django: the bridge (`python -m runs.bridge`) runs this module on a
+Imports nothing from Django: the bridge (`python -m runs.relay.bridge`) runs this module on a
 GitHub Actions runner with only the standard library, and the relay simulator, crcr's
-outbox and users' own scripts share it. Where each rule comes from is in `runs/RELAY.md`.
+outbox and users' own scripts share it. Where each rule comes from is in `runs/relay/README.md`.
 """
 
 from __future__ import annotations

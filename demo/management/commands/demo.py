@@ -8,7 +8,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand
 from django.db import OperationalError, connection
 
-from runs import demo
+from demo import main_job
 from runs.models import Backend, RelayCallback, Run
 from selection import pipeline
 from selection.progress import Bar, Progress
@@ -66,10 +66,10 @@ class Command(BaseCommand):
             self.stdout.write(f"    done before ({done.finished_at:%Y-%m-%d %H:%M}): not re-run")
         else:
             bar = Bar(sys.stderr)
-            selection = pipeline.run_for_backend(backend, demo.BUNDLED_TREE, progress=bar)
+            selection = pipeline.run_for_backend(backend, main_job.BUNDLED_TREE, progress=bar)
             bar.close()
             self.stdout.write(f"    proposals: {selection.summary.get('proposals')}")
-        change = demo.open_config_pr(backend)
+        change = main_job.open_config_pr(backend)
         if change:
             self.stdout.write(
                 f'    config PR "{change.title}" with {change.proposals.count()} '
@@ -87,19 +87,19 @@ class Command(BaseCommand):
         for name in ("celery.app.trace", "kombu.connection"):
             logging.getLogger(name).setLevel(logging.ERROR)
         self.step("demo user and the reference-device backend")
-        demo.create_demo_user()
-        state = demo.load_backend()
+        main_job.create_demo_user()
+        state = main_job.load_backend()
         self.stdout.write(f"    backend {state.backend.name}, config v{state.config.number}")
-        upstream = demo.ensure_upstream()
+        upstream = main_job.ensure_upstream()
         if upstream:
             self.stdout.write(f"    upstream: a local stand-in clone at {upstream}")
-        simulator = demo.relay_simulator(state.backend)
+        simulator = main_job.relay_simulator(state.backend)
         self.stdout.write(f"    relay simulator at {simulator.url}")
         try:
             self.step("a merged-PR dispatch through the intake, the gate and its run")
             bar = Bar(sys.stderr)
             with run_progress(state.backend, bar):
-                dispatch = demo.feed_dispatch(state.backend)
+                dispatch = main_job.feed_dispatch(state.backend)
             bar.close()
             self.stdout.write(f"    dispatch {dispatch.delivery_id}: {dispatch.verdict}")
             self.stdout.write(f"    {dispatch.verdict_reason}")
@@ -125,8 +125,8 @@ class Command(BaseCommand):
             if not no_selection:
                 self.select(state.backend)
             self.stdout.write(
-                f"\nsign in at http://127.0.0.1:8000/ as {demo.DEMO_USERNAME} / "
-                f"{demo.DEMO_PASSWORD}"
+                f"\nsign in at http://127.0.0.1:8000/ as {main_job.DEMO_USERNAME} / "
+                f"{main_job.DEMO_PASSWORD}"
             )
             if serve:
                 call_command("runserver", "127.0.0.1:8000", use_reloader=False)

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from selection.reuse.sharding import normalize_class
+from selection.reuse.idlist import normalize_class
 
 FAILING = ("failed", "error")
 

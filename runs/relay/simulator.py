@@ -2,7 +2,7 @@
 
 Imports nothing from Django: the test suite and users dry-running an integration start it
 in-process (`with RelaySimulator(...) as relay:`); `manage.py relay_simulator` runs it in
-the foreground. What it copies from the real relay, and what it adds, is in `runs/RELAY.md`.
+the foreground. What it copies from the real relay, and what it adds, is in `runs/relay/README.md`.
 
 A request passes, in the real relay's order: failure injection, path and method, JSON,
 bearer token (401), allowlist level (below L2: 200 `ignored`), per-repository rate limit
@@ -25,7 +25,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, NamedTuple
 from urllib.parse import urlsplit
 
-from runs.relay_protocol import (
+from runs.relay.protocol import (
     AUDIENCE,
     CALLBACK_PATH,
     MAX_BODY_BYTES,

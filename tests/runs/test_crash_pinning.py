@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from runs.executor import Executor, ProcessFailed, ShardSpec
+from runs.crash_pinning import Executor, ProcessFailed, ShardSpec
+from selection.reuse.launcher import PytestRun, TestEnvironment
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -43,6 +44,14 @@ PLANTED = textwrap.dedent(
 )
 
 
+def plain_pytest(tree: Path, env: dict[str, str], *args: str) -> PytestRun:
+    """pytest on a plain tree: no reuse plugin, no device."""
+    environment = TestEnvironment(sys.executable, env)
+    return PytestRun(
+        environment, tree, extra_args=["-p", "no:crcr_reuse", "-p", "no:django", *args]
+    )
+
+
 def run(tmp_path: Path, retry=lambda record: True, names=None) -> tuple[dict, list, Executor]:
     tree = tmp_path / "tree"
     tree.mkdir()
@@ -53,10 +62,7 @@ def run(tmp_path: Path, retry=lambda record: True, names=None) -> tuple[dict, li
     spec = ShardSpec(
         ids=ids,
         workdir=tmp_path / "work",
-        cwd=tree,
-        pytest_args=["-p", "no:crcr_reuse", "-p", "no:django"],
-        env=env,
-        python=sys.executable,
+        pytest=plain_pytest(tree, env),
         timeout=60,
         test_timeout=3,
     )
@@ -111,10 +117,9 @@ def test_a_pytest_that_cannot_start_is_an_infrastructure_failure(tmp_path):
     spec = ShardSpec(
         ids=["test_ok.py::test_ok"],
         workdir=tmp_path / "work",
-        cwd=tree,
-        pytest_args=["-p", "no:crcr_reuse", "-p", "no:django", "-p", "plugin_that_does_not_exist"],
-        env=dict(os.environ, PYTHONPATH=str(ROOT)),
-        python=sys.executable,
+        pytest=plain_pytest(
+            tree, dict(os.environ, PYTHONPATH=str(ROOT)), "-p", "plugin_that_does_not_exist"
+        ),
     )
     with pytest.raises(ProcessFailed, match="before any test"):
         Executor(spec, should_retry=lambda record: True).run()

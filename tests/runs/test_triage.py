@@ -6,7 +6,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from runs.classify import (
+from runs.sharding import shared_data_dir
+from runs.triage import (
     RULES_PATH,
     Category,
     DisabledTests,
@@ -19,7 +20,6 @@ from runs.classify import (
     parse_disabled_tests,
     parse_rules,
 )
-from runs.sharding import shared_data_dir
 
 FIXTURES = Path(__file__).parent / "fixtures" / "failures"
 FIXTURE_FILES = sorted(FIXTURES.glob("*.txt"))

@@ -2,7 +2,7 @@
 
 The executor reads this log to know which tests a shard reported before its
 process crashed or hung, so only the rest are re-run to pin the culprit. It
-imports nothing from Django and is loaded with `-p runs.progress_plugin
+imports nothing from Django and is loaded with `-p selection.reuse.progress_log
 --crcr-progress <file>`.
 """
 

@@ -20,8 +20,8 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from runs import relay_protocol
 from runs.models import Backend, Failure, RelayCallback, Run, Shard, Trigger
+from runs.relay import protocol
 
 WORKFLOW = "crcr"
 T, S = RelayCallback.Transition, RelayCallback.Status
@@ -45,7 +45,7 @@ def client_payload(run: Run) -> dict[str, Any] | None:
             "payload": dispatch.payload,
         }
     if trigger.kind in (Trigger.Kind.NIGHTLY, Trigger.Kind.RELEASE):
-        return relay_protocol.nightly_payload(run.pytorch_sha, ref=trigger.ref or None)
+        return protocol.nightly_payload(run.pytorch_sha, ref=trigger.ref or None)
     return None
 
 
@@ -78,7 +78,7 @@ def _queue(run: Run, transition: str, shard: Shard | None, body: dict[str, Any])
 
 
 def _body(run: Run, shard: Shard | None, status: str, **extra: Any) -> dict[str, Any]:
-    return relay_protocol.build_callback(
+    return protocol.build_callback(
         client_payload(run) or {},
         status=status,  # type: ignore[arg-type]
         name=WORKFLOW,
@@ -186,17 +186,17 @@ def deliver(callback_id: int) -> RelayCallback | None:
             return callback
     backend = callback.run.backend
     try:
-        provider = relay_protocol.provider_from_spec(backend.relay_token)
-        answer = relay_protocol.send(backend.relay_url, callback.body, provider)
-    except relay_protocol.TokenError as error:
-        answer = relay_protocol.Answer(None, str(error), error.retryable, None)
+        provider = protocol.provider_from_spec(backend.relay_token)
+        answer = protocol.send(backend.relay_url, callback.body, provider)
+    except protocol.TokenError as error:
+        answer = protocol.Answer(None, str(error), error.retryable, None)
     # The previous attempt's answer was lost: it may have landed.
     previous = callback.last_status_code
     ambiguous = callback.attempts > 1 and (previous is None or previous >= 500)
-    outcome = relay_protocol.settle(answer, after_ambiguous=ambiguous)
+    outcome = protocol.settle(answer, after_ambiguous=ambiguous)
     callback.last_status_code, callback.last_response = answer.status, answer.text[:4000]
     if outcome == "retry":
-        delay = answer.retry_after or relay_protocol.backoff(callback.attempts)
+        delay = answer.retry_after or protocol.backoff(callback.attempts)
         _release(callback, delay=delay)
     else:
         callback.status = S.DELIVERED if outcome == "delivered" else S.REJECTED

@@ -11,7 +11,6 @@ Steps:
 """
 
 import socket
-import sys
 import threading
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -27,11 +26,12 @@ from django.db import (
 from django.db.models import F, Q
 from django.utils import timezone
 
-from runs import artifacts, ingest, planning, relay, results, sharding, testtree
-from runs.classify import classify
-from runs.executor import Executor, ProcessFailed, ShardSpec
+from runs import artifacts, events, ingest, planning, results, sharding, worktrees
+from runs.crash_pinning import Executor, ProcessFailed, ShardSpec
 from runs.models import Run, Shard, TestDuration
-from runs.reports import ReportError, TestRecord, read_progress
+from runs.relay import outbox
+from runs.report_files import ReportError, TestRecord, read_progress
+from runs.triage import classify
 
 # Failures that repeat by nature are not re-run: the op or dtype is missing, or
 # the test cannot even be set up.
@@ -125,28 +125,22 @@ def execute(shard_id: int, worker: str | None = None) -> Shard | None:
     if shard is None:
         return None
     run = shard.run
-    from reproducibility import capture
-
-    capture.record_worker(run, shard)
-    relay.job_started(run, shard)
+    tree = worktrees.tree_for(run.pytorch_sha)
+    environment = planning.environment_for(run, tree)
+    events.shard_attempt_started.send(Run, run=run, shard=shard, environment=environment)
+    outbox.job_started(run, shard)
     try:
         for artifact in run.artifacts.all():
             artifacts.verify(artifact)
     except artifacts.ArtifactError as error:
         fail(shard.pk, f"artifact check failed: {error}")
         return shard
-    tree = testtree.tree_for(run.pytorch_sha)
-    config = planning.write_config(run)
     spec = ShardSpec(
         ids=shard.test_ids,
         workdir=planning.workdir_for(run) / f"shard-{shard.index}" / f"attempt-{shard.attempts}",
-        cwd=tree,
-        pytest_args=planning.plugin_args(run, config, tree),
-        env=planning.device_env(run, tree),
-        python=sys.executable,
+        pytest=planning.pytest_for(run, tree, environment),
         timeout=settings.CRCR_SHARD_TIMEOUT,
         test_timeout=settings.CRCR_TEST_TIMEOUT,
-        ids_option="--reuse-ids",
     )
     try:
         with Heartbeat(shard, spec.workdir):

@@ -1,0 +1,1 @@
+"""The HUD relay: the CRCR protocol, crcr's outbox of callbacks, the bridge and the simulator."""

@@ -1,0 +1,1 @@
+"""Pages of the selection app, one module per page family."""
