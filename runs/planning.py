@@ -4,7 +4,7 @@ Steps:
 1. write the run's config and collect (`pytest --collect-only`) on the run's
    test tree with the device registered: the config applied to the tree;
 2. estimate each id from the duration history of this device (then the file's
-   median, the group's, a default; see runs.sharding);
+   median, the group's, a default; see runs.durations);
 3. group by area, cap each shard's estimate, balance longest-first, and store
    the shards with their ids and estimates; then enqueue them.
 """
@@ -17,7 +17,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from runs import events, sharding, worktrees
+from runs import areas, events, sharding, worktrees
 from runs.models import Run, Shard, TestDuration
 from runs.relay import outbox
 from runs.report_files import canonical
@@ -112,7 +112,7 @@ def plan(run: Run, ids: list[str]) -> list[Shard]:
             "test_id", "seconds"
         )
     }
-    items = [sharding.TestItem(test_id=i, file=i.split("::")[0]) for i in ids]
+    items = [areas.TestItem(test_id=i, file=i.split("::")[0]) for i in ids]
     result = sharding.plan_shards(items, history, max_shard_seconds=settings.CRCR_MAX_SHARD_SECONDS)
     with transaction.atomic():
         shards = Shard.objects.bulk_create(

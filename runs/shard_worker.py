@@ -26,7 +26,7 @@ from django.db import (
 from django.db.models import F, Q
 from django.utils import timezone
 
-from runs import artifacts, events, ingest, planning, results, sharding, worktrees
+from runs import artifacts, durations, events, ingest, planning, results, worktrees
 from runs.crash_pinning import Executor, ProcessFailed, ShardSpec
 from runs.models import Run, Shard, TestDuration
 from runs.relay import outbox
@@ -200,8 +200,8 @@ def remember_durations(device: str, records: list[TestRecord]) -> None:
     changed, new = [], []
     for test_id, seconds in firsts.items():
         row = known.get(test_id)
-        previous = sharding.DurationStats(row.seconds, row.spread, row.samples) if row else None
-        stats = sharding.update_duration(previous, seconds)
+        previous = durations.DurationStats(row.seconds, row.spread, row.samples) if row else None
+        stats = durations.update_duration(previous, seconds)
         if row is None:
             row = TestDuration(test_id=test_id, device=device)
             new.append(row)

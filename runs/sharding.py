@@ -1,4 +1,4 @@
-"""Shard planning: estimate each test's duration and balance the tests onto shards.
+"""Shard planning: balance a run's tests onto shards by their estimated durations.
 
 Pure logic over plain data (no Django, no torch), so the planner runs the same in a
 Celery task, a management command, the test suite and `bench/sharding.py`.
@@ -6,11 +6,11 @@ Celery task, a management command, the test suite and `bench/sharding.py`.
 The plan, as DESIGN §2.6 describes it:
 
 1. group the tests by function: an *area* derived from the file path (ops, eager,
-   inductor, nn, distributed, dynamo, …) plus the test's config labels;
+   inductor, nn, distributed, dynamo, …) plus the test's config labels (`runs.areas`);
 2. estimate every test: crcr's own history for the test id on this device; else the
    median of the known tests of its file; else a file-level seed from PyTorch's
    `test-times.json` divided over the file's tests; else the median of its group;
-   else a default;
+   else a default (`runs.durations`);
 3. cut each group into indivisible pieces: a serial file is one piece, any other
    file is cut, in test order, into pieces of at most `piece_seconds`;
 4. balance the pieces with longest-processing-time-first (LPT) onto the fewest shards
@@ -21,21 +21,22 @@ The plan, as DESIGN §2.6 describes it:
 from __future__ import annotations
 
 import bisect
-import functools
 import heapq
-import json
 import math
-import os
-import statistics
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from enum import StrEnum
-from pathlib import Path
-from typing import NamedTuple
+
+from runs.areas import TestItem, file_key
+from runs.durations import (
+    DEFAULT_TEST_SECONDS,
+    Bucket,
+    Estimate,
+    bucket_items,
+    estimate_buckets,
+)
 
 DEFAULT_MAX_SHARD_SECONDS = 1800.0
-DEFAULT_TEST_SECONDS = 1.0
 # Refinement stops once the longest shard is this close to the lower bound (the
 # estimates themselves are far noisier than 0.1 %), after 2 moves per shard, or
 # when none of the REFINE_PARTNERS shortest shards can take work from the longest
@@ -43,32 +44,6 @@ DEFAULT_TEST_SECONDS = 1.0
 REFINE_TOLERANCE = 1e-3
 REFINE_PARTNERS = 16
 _EPS = 1e-9
-
-
-class Source(StrEnum):
-    """How a test's duration was estimated, most trusted first."""
-
-    HISTORY = "history"
-    FILE_MEDIAN = "file_median"
-    SEED = "seed"
-    GROUP_MEDIAN = "group_median"
-    DEFAULT = "default"
-
-
-@dataclass(frozen=True)
-class TestItem:
-    """One test to plan: its id, the file it lives in and its config labels."""
-
-    __test__ = False  # not a pytest test class
-
-    test_id: str
-    file: str
-    labels: tuple[str, ...] = ()
-
-
-class Estimate(NamedTuple):
-    seconds: float
-    source: Source
 
 
 @dataclass
@@ -93,226 +68,6 @@ class ShardPlan:
         return max((shard.seconds for shard in self.shards), default=0.0)
 
 
-# --- areas -------------------------------------------------------------------------
-
-# Sub-folders of PyTorch's test/ that belong to another area than their own name.
-_FOLDER_AREAS = {"cpython": "dynamo", "higher_order_ops": "dynamo", "torch_np": "numpy"}
-# Top-level test files by name prefix; anything else at the top level is "eager".
-_FILE_AREAS = {
-    "ops": ("test_ops",),
-    "nn": ("test_nn", "test_modules", "test_native_mha", "test_transformers"),
-    "autograd": ("test_autograd", "test_functional_autograd"),
-    "jit": ("test_jit", "test_tensorexpr"),
-    "inductor": ("test_inductor", "test_compile"),
-    "dynamo": ("test_dynamo", "test_dynamic_shapes"),
-    "distributed": ("test_distributed", "test_multiprocessing"),
-    "linalg": ("test_linalg", "test_matmul"),
-    "optim": ("test_optim", "test_functional_optim"),
-    "cuda": ("test_cuda",),
-    "fx": ("test_fx",),
-    "sparse": ("test_sparse",),
-    "quantization": ("test_quantization",),
-    "mps": ("test_mps",),
-}
-
-
-@functools.cache
-def file_key(path: str) -> str:
-    """Normalise a test file path to PyTorch's `test-times.json` key.
-
-    `test/inductor/test_torchinductor.py`, `/src/pytorch/test/test_ops.py` and
-    `inductor/test_torchinductor` all become keys relative to `test/`, without `.py`.
-    """
-    parts = [part for part in path.replace("\\", "/").split("/") if part not in ("", ".")]
-    if "test" in parts:
-        parts = parts[parts.index("test") + 1 :]
-    key = "/".join(parts)
-    return key.removesuffix(".py")
-
-
-@functools.cache
-def area_for(path: str) -> str:
-    """The functional area of a test file (ops, eager, inductor, nn, distributed, …)."""
-    key = file_key(path)
-    if "/" in key:
-        folder = key.split("/", 1)[0]
-        return _FOLDER_AREAS.get(folder, folder)
-    for area, prefixes in _FILE_AREAS.items():
-        if key.startswith(prefixes):
-            return area
-    return "eager"
-
-
-def group_for(item: TestItem) -> str:
-    """The planning group: the area, qualified by config labels (`nn[serial]`)."""
-    return _group(item.file, item.labels)
-
-
-@functools.cache
-def _group(path: str, labels: tuple[str, ...]) -> str:
-    area = area_for(path)
-    if not labels:
-        return area
-    return f"{area}[{','.join(sorted(set(labels)))}]"
-
-
-# --- duration history ---------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class DurationStats:
-    """Per test id and device: a robust running estimate of its duration."""
-
-    mean: float
-    spread: float
-    count: int
-
-    def to_dict(self) -> dict[str, float | int]:
-        return {"mean": self.mean, "spread": self.spread, "count": self.count}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, float | int]) -> DurationStats:
-        return cls(float(data["mean"]), float(data["spread"]), int(data["count"]))
-
-
-HISTORY_ALPHA = 0.2  # weight of a new observation
-HISTORY_CLIP = 2.5  # an observation counts at most this many spreads from the mean
-HISTORY_REL_FLOOR = 0.1  # the spread is never taken below 10 % of the mean …
-HISTORY_ABS_FLOOR = 0.05  # … nor below 50 ms
-
-
-def update_duration(previous: DurationStats | None, seconds: float) -> DurationStats:
-    """Fold one observed duration into the history, robust to outliers.
-
-    1. The first observation is the estimate.
-    2. Later ones are clipped to `mean ± HISTORY_CLIP × spread` (the spread floored
-       at 10 % of the mean), then enter an exponentially decayed mean.
-    3. The spread is a decayed mean absolute deviation whose input is capped at
-       twice the clip band: one wild run widens the band a little, a lasting change
-       widens it run after run until the mean follows.
-    """
-    if seconds < 0 or not math.isfinite(seconds):
-        raise ValueError(f"a duration must be a finite number of seconds >= 0, got {seconds!r}")
-    if previous is None:
-        return DurationStats(mean=seconds, spread=0.0, count=1)
-    mean = previous.mean
-    band = HISTORY_CLIP * max(previous.spread, HISTORY_REL_FLOOR * mean, HISTORY_ABS_FLOOR)
-    clipped = min(max(seconds, mean - band), mean + band)
-    deviation = min(abs(seconds - mean), 2 * band)
-    return DurationStats(
-        mean=mean + HISTORY_ALPHA * (clipped - mean),
-        spread=previous.spread + HISTORY_ALPHA * (deviation - previous.spread),
-        count=previous.count + 1,
-    )
-
-
-# --- seeds from PyTorch's test-times.json -------------------------------------------
-
-
-def shared_data_dir() -> Path:
-    """The shared data folder: `$CRCR_SHARED_DATA`, else `<repo>/../shared/data`."""
-    configured = os.environ.get("CRCR_SHARED_DATA")
-    if configured:
-        return Path(configured)
-    return Path(__file__).resolve().parents[2] / "shared" / "data"
-
-
-TestTimes = dict[str, dict[str, dict[str, float]]]
-
-
-def load_test_times(path: Path) -> TestTimes:
-    """Read a `test-times.json` file: `{job: {config: {test_file: seconds}}}`."""
-    data = json.loads(path.read_text())
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: expected an object of jobs")
-    for job, configs in data.items():
-        if not isinstance(configs, dict):
-            raise ValueError(f"{path}: job {job!r} must map configs to files")
-        for config, files in configs.items():
-            if not isinstance(files, dict) or not all(
-                isinstance(s, int | float) and s >= 0 for s in files.values()
-            ):
-                raise ValueError(f"{path}: {job!r}/{config!r} must map files to seconds >= 0")
-    return data
-
-
-def file_seeds(test_times: TestTimes, job: str, config: str) -> dict[str, float]:
-    """Seconds per file key for one job and config (empty when either is unknown)."""
-    return {file_key(name): float(s) for name, s in test_times.get(job, {}).get(config, {}).items()}
-
-
-# --- estimates ----------------------------------------------------------------------
-
-
-@dataclass
-class _Bucket:
-    """The tests of one file in one group, in input order."""
-
-    key: str
-    group: str
-    first: int  # input position of its first test, to keep shards in input order
-    test_ids: list[str] = field(default_factory=list)
-
-
-def _buckets(items: Sequence[TestItem]) -> list[_Bucket]:
-    buckets: dict[tuple[str, tuple[str, ...]], _Bucket] = {}
-    for position, item in enumerate(items):
-        bucket = buckets.get((item.file, item.labels))
-        if bucket is None:
-            bucket = _Bucket(file_key(item.file), group_for(item), position)
-            buckets[(item.file, item.labels)] = bucket
-        bucket.test_ids.append(item.test_id)
-    return list(buckets.values())
-
-
-def estimate_durations(
-    items: Sequence[TestItem],
-    history: Mapping[str, float],
-    seeds: Mapping[str, float] | None = None,
-    default_seconds: float = DEFAULT_TEST_SECONDS,
-) -> dict[str, Estimate]:
-    """Estimate every test: history, file median, seed, group median, default."""
-    return _estimate(_buckets(items), history, seeds, default_seconds)
-
-
-def _estimate(
-    buckets: Sequence[_Bucket],
-    history: Mapping[str, float],
-    seeds: Mapping[str, float] | None,
-    default_seconds: float,
-) -> dict[str, Estimate]:
-    seeds = {file_key(name): s for name, s in (seeds or {}).items()}
-    known_by_file: dict[str, list[float]] = {}
-    known_by_group: dict[str, list[float]] = {}
-    tests_per_file: dict[str, int] = {}
-    observed = []
-    for bucket in buckets:
-        times = [history.get(test_id) for test_id in bucket.test_ids]
-        known = [t for t in times if t is not None]
-        known_by_file.setdefault(bucket.key, []).extend(known)
-        known_by_group.setdefault(bucket.group, []).extend(known)
-        tests_per_file[bucket.key] = tests_per_file.get(bucket.key, 0) + len(times)
-        observed.append(times)
-
-    estimates: dict[str, Estimate] = {}
-    for bucket, times in zip(buckets, observed, strict=True):
-        # One fallback per bucket, shared by its tests that have no history.
-        if known_by_file[bucket.key]:
-            fallback = Estimate(statistics.median(known_by_file[bucket.key]), Source.FILE_MEDIAN)
-        elif bucket.key in seeds:
-            # The seed is the whole file's time; spread it over the tests planned here.
-            fallback = Estimate(seeds[bucket.key] / tests_per_file[bucket.key], Source.SEED)
-        elif known_by_group[bucket.group]:
-            fallback = Estimate(
-                statistics.median(known_by_group[bucket.group]), Source.GROUP_MEDIAN
-            )
-        else:
-            fallback = Estimate(default_seconds, Source.DEFAULT)
-        for test_id, seconds in zip(bucket.test_ids, times, strict=True):
-            estimates[test_id] = fallback if seconds is None else Estimate(seconds, Source.HISTORY)
-    return estimates
-
-
 # --- pieces -------------------------------------------------------------------------
 
 
@@ -325,7 +80,7 @@ class _Piece:
 
 
 def _cut_pieces(
-    buckets: Sequence[_Bucket],
+    buckets: Sequence[Bucket],
     estimates: Mapping[str, Estimate],
     serial_keys: set[str],
     piece_seconds: float,
@@ -522,8 +277,8 @@ def plan_shards(
         twice = Counter(item.test_id for item in items).most_common(1)[0][0]
         raise ValueError(f"test id {twice!r} is listed twice")
 
-    buckets = _buckets(items)
-    estimates = _estimate(buckets, history, seeds, default_seconds)
+    buckets = bucket_items(items)
+    estimates = estimate_buckets(buckets, history, seeds, default_seconds)
     if piece_seconds is None:
         total = sum(e.seconds for e in estimates.values())
         piece_seconds = max((total / shard_count if shard_count else float(cap or 0)) / 6, _EPS)

@@ -5,7 +5,7 @@ import json
 import uuid
 from typing import Any
 
-from runs.sharding import shared_data_dir
+from runs.durations import shared_data_dir
 
 
 def webhook(name: str) -> dict[str, Any]:

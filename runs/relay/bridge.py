@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from runs.relay import protocol
+from runs.relay import delivery, protocol
 
 OK, RUN_FAILED, USAGE, UNREACHABLE = 0, 1, 2, 3
 FINISHED = ("passed", "failed", "cancelled", "timed_out", "error")
@@ -64,14 +64,14 @@ def fail(code: int, message: str) -> int:
 @dataclass(frozen=True)
 class Delivery:
     outcome: Literal["delivered", "refused", "unreachable"]
-    answer: protocol.Answer
+    answer: delivery.Answer
     attempts: int
 
 
 def deliver(
     url: str,
     body: Mapping[str, Any],
-    tokens: protocol.TokenProvider,
+    tokens: delivery.TokenProvider,
     *,
     give_up_after: float = 900.0,
     base: float = 2.0,
@@ -89,16 +89,16 @@ def deliver(
     while True:
         attempt += 1
         try:
-            answer = protocol.send(url, body, tokens)
-        except protocol.TokenError as error:
+            answer = delivery.send(url, body, tokens)
+        except delivery.TokenError as error:
             if not error.retryable:
                 raise
-            answer = protocol.Answer(None, str(error), True)
-        outcome = protocol.settle(answer, after_ambiguous=after_ambiguous)
+            answer = delivery.Answer(None, str(error), True)
+        outcome = delivery.settle(answer, after_ambiguous=after_ambiguous)
         if outcome != "retry":
             return Delivery(outcome, answer, attempt)
         after_ambiguous = after_ambiguous or answer.ambiguous
-        wait = max(protocol.backoff(attempt - 1, base), answer.retry_after or 0.0)
+        wait = max(delivery.backoff(attempt - 1, base), answer.retry_after or 0.0)
         if clock() + wait > deadline:
             return Delivery("unreachable", answer, attempt)
         say(f"relay answered {answer.describe()}; retrying in {wait:.1f}s")
@@ -129,7 +129,7 @@ class Crcr:
                 return answer if isinstance(answer, dict) else {}
             if status is not None and status < 500 and status != 429:
                 raise Exit(USAGE, f"crcr refused {method} {path}: {status} {text[:500]}")
-            wait = protocol.backoff(attempt, self.retry_base, cap=60)
+            wait = delivery.backoff(attempt, self.retry_base, cap=60)
             attempt += 1
             if time.monotonic() + wait > deadline:
                 raise Exit(UNREACHABLE, f"crcr unreachable at {self.base_url}: {status or text}")
@@ -169,7 +169,7 @@ class Bridge:
     def __init__(self, args: argparse.Namespace, client_payload: dict[str, Any]) -> None:
         self.args, self.client_payload = args, client_payload
         self.crcr = Crcr(args.crcr, args.crcr_token, args.crcr_retry_for, args.retry_base)
-        self.tokens = protocol.provider_from_spec(args.relay_token)
+        self.tokens = delivery.provider_from_spec(args.relay_token)
         self.jobs: dict[str, Job] = {}
         self.ignored_noted = False
 
@@ -394,7 +394,7 @@ def _check(args: argparse.Namespace) -> None:
         raise Exit(USAGE, "--run-id and --run-attempt must be numbers")
     args.crcr = args.crcr.rstrip("/")
     try:
-        protocol.provider_from_spec(args.relay_token)
+        delivery.provider_from_spec(args.relay_token)
     except ValueError as error:
         raise Exit(USAGE, str(error)) from None
 
@@ -415,7 +415,7 @@ def main(argv: list[str] | None = None) -> int:
         return bridge.run()
     except Exit as error:
         return fail(error.code, str(error))
-    except protocol.TokenError as error:
+    except delivery.TokenError as error:
         return fail(USAGE, f"no relay token: {error}")
     except ValueError as error:  # a body build_callback could not make from crcr's answer
         return fail(USAGE, f"cannot build a callback: {error}")

@@ -21,7 +21,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from runs.models import Backend, Failure, RelayCallback, Run, Shard, Trigger
-from runs.relay import protocol
+from runs.relay import delivery, protocol
 
 WORKFLOW = "crcr"
 T, S = RelayCallback.Transition, RelayCallback.Status
@@ -186,17 +186,17 @@ def deliver(callback_id: int) -> RelayCallback | None:
             return callback
     backend = callback.run.backend
     try:
-        provider = protocol.provider_from_spec(backend.relay_token)
-        answer = protocol.send(backend.relay_url, callback.body, provider)
-    except protocol.TokenError as error:
-        answer = protocol.Answer(None, str(error), error.retryable, None)
+        provider = delivery.provider_from_spec(backend.relay_token)
+        answer = delivery.send(backend.relay_url, callback.body, provider)
+    except delivery.TokenError as error:
+        answer = delivery.Answer(None, str(error), error.retryable, None)
     # The previous attempt's answer was lost: it may have landed.
     previous = callback.last_status_code
     ambiguous = callback.attempts > 1 and (previous is None or previous >= 500)
-    outcome = protocol.settle(answer, after_ambiguous=ambiguous)
+    outcome = delivery.settle(answer, after_ambiguous=ambiguous)
     callback.last_status_code, callback.last_response = answer.status, answer.text[:4000]
     if outcome == "retry":
-        delay = answer.retry_after or protocol.backoff(callback.attempts)
+        delay = answer.retry_after or delivery.backoff(callback.attempts)
         _release(callback, delay=delay)
     else:
         callback.status = S.DELIVERED if outcome == "delivered" else S.REJECTED

@@ -11,7 +11,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from runs.relay import protocol
+from runs.relay import delivery, protocol
 
 SHA = "a" * 40
 DISPATCH = {
@@ -262,13 +262,13 @@ def test_a_static_token_is_read_from_its_secret_file(tmp_path):
     secret = tmp_path / "relay-token"
     secret.write_text("s3cret\n")
 
-    assert protocol.StaticTokenProvider(secret).token() == "s3cret"
-    assert isinstance(protocol.provider_from_spec(f"file:{secret}"), protocol.StaticTokenProvider)
-    with pytest.raises(protocol.TokenError, match="cannot read"):
-        protocol.StaticTokenProvider(tmp_path / "missing").token()
+    assert delivery.StaticTokenProvider(secret).token() == "s3cret"
+    assert isinstance(delivery.provider_from_spec(f"file:{secret}"), delivery.StaticTokenProvider)
+    with pytest.raises(delivery.TokenError, match="cannot read"):
+        delivery.StaticTokenProvider(tmp_path / "missing").token()
     (tmp_path / "empty").write_text("\n")
-    with pytest.raises(protocol.TokenError, match="is empty"):
-        protocol.StaticTokenProvider(tmp_path / "empty").token()
+    with pytest.raises(delivery.TokenError, match="is empty"):
+        delivery.StaticTokenProvider(tmp_path / "empty").token()
 
 
 def test_an_oidc_token_is_requested_for_the_relays_audience(scripted):
@@ -278,7 +278,7 @@ def test_an_oidc_token_is_requested_for_the_relays_audience(scripted):
         "ACTIONS_ID_TOKEN_REQUEST_TOKEN": "runtime-token",
     }
 
-    token = protocol.GitHubOIDCTokenProvider(environ=environ).token()
+    token = delivery.GitHubOIDCTokenProvider(environ=environ).token()
 
     method, path, headers, _ = actions.requests[0]
     assert token == "eyJ.oidc.jwt"
@@ -291,15 +291,15 @@ def test_an_oidc_token_is_requested_for_the_relays_audience(scripted):
 
 
 def test_an_oidc_token_outside_github_actions_is_a_clear_error():
-    with pytest.raises(protocol.TokenError, match="id-token: write"):
-        protocol.GitHubOIDCTokenProvider(environ={}).token()
+    with pytest.raises(delivery.TokenError, match="id-token: write"):
+        delivery.GitHubOIDCTokenProvider(environ={}).token()
 
 
 def test_token_specs_name_a_provider():
-    assert isinstance(protocol.provider_from_spec("oidc"), protocol.GitHubOIDCTokenProvider)
-    assert protocol.provider_from_spec("none").token() is None
+    assert isinstance(delivery.provider_from_spec("oidc"), delivery.GitHubOIDCTokenProvider)
+    assert delivery.provider_from_spec("none").token() is None
     with pytest.raises(ValueError, match="token spec"):
-        protocol.provider_from_spec("vault:relay")
+        delivery.provider_from_spec("vault:relay")
 
 
 # --- sending ------------------------------------------------------------------------------
@@ -308,7 +308,7 @@ def test_token_specs_name_a_provider():
 def test_a_200_is_delivered_and_carries_the_bearer_token_and_json(scripted):
     relay = scripted((200, {}, b'{"ok": true, "status": "completed"}'))
 
-    answer = protocol.send(relay.url + "/github/callback", completed(), Fixed())
+    answer = delivery.send(relay.url + "/github/callback", completed(), Fixed())
 
     _, path, headers, data = relay.requests[0]
     assert (answer.status, answer.ok, answer.retryable) == (200, True, False)
@@ -322,16 +322,16 @@ def test_a_200_is_delivered_and_carries_the_bearer_token_and_json(scripted):
 def test_a_client_error_is_final(scripted, status):
     relay = scripted((status, {}, b'{"detail": "callback rejected"}'))
 
-    answer = protocol.send(relay.url, completed(), Fixed())
+    answer = delivery.send(relay.url, completed(), Fixed())
 
     assert (answer.status, answer.retryable, answer.detail) == (status, False, "callback rejected")
-    assert protocol.settle(answer, after_ambiguous=False) == "refused"
+    assert delivery.settle(answer, after_ambiguous=False) == "refused"
 
 
 def test_a_429_is_retried_after_the_time_the_relay_names(scripted):
     relay = scripted((429, {"Retry-After": "7"}, b'{"detail": "rate limit exceeded"}'))
 
-    answer = protocol.send(relay.url, completed(), Fixed())
+    answer = delivery.send(relay.url, completed(), Fixed())
 
     assert (answer.status, answer.retryable, answer.retry_after) == (429, True, 7.0)
     assert not answer.ambiguous
@@ -340,7 +340,7 @@ def test_a_429_is_retried_after_the_time_the_relay_names(scripted):
 def test_a_503_is_retried(scripted):
     relay = scripted((503, {}, b'{"detail": "redis temporary outage"}'))
 
-    answer = protocol.send(relay.url, completed(), Fixed())
+    answer = delivery.send(relay.url, completed(), Fixed())
 
     assert (answer.status, answer.retryable, answer.ambiguous) == (503, True, True)
 
@@ -350,7 +350,7 @@ def test_a_refused_connection_is_retried():
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
 
-    answer = protocol.send(f"http://127.0.0.1:{port}/github/callback", completed(), Fixed())
+    answer = delivery.send(f"http://127.0.0.1:{port}/github/callback", completed(), Fixed())
 
     assert (answer.status, answer.retryable, answer.ambiguous) == (None, True, True)
     assert answer.text.startswith("network error")
@@ -359,20 +359,20 @@ def test_a_refused_connection_is_retried():
 def test_retry_after_may_be_an_http_date():
     now = datetime(2026, 5, 4, 12, 0, 0, tzinfo=UTC)
 
-    assert protocol.parse_retry_after("Mon, 04 May 2026 12:00:30 GMT", now=now) == 30.0
-    assert protocol.parse_retry_after("soon") is None
+    assert delivery.parse_retry_after("Mon, 04 May 2026 12:00:30 GMT", now=now) == 30.0
+    assert delivery.parse_retry_after("soon") is None
 
 
 def test_backoff_is_exponential_with_full_jitter_and_a_cap():
-    assert [protocol.backoff(n, jitter=lambda: 1.0) for n in range(4)] == [2, 4, 8, 16]
-    assert protocol.backoff(3, jitter=lambda: 0.0) == 0
-    assert protocol.backoff(40, jitter=lambda: 1.0) == 600
+    assert [delivery.backoff(n, jitter=lambda: 1.0) for n in range(4)] == [2, 4, 8, 16]
+    assert delivery.backoff(3, jitter=lambda: 0.0) == 0
+    assert delivery.backoff(40, jitter=lambda: 1.0) == 600
 
 
 def test_a_repeat_refused_after_a_lost_answer_counts_as_delivered():
-    repeat = protocol.Answer(
+    repeat = delivery.Answer(
         400, '{"detail": "callback rejected: invalid state transition"}', False
     )
 
-    assert protocol.settle(repeat, after_ambiguous=True) == "delivered"
-    assert protocol.settle(repeat, after_ambiguous=False) == "refused"
+    assert delivery.settle(repeat, after_ambiguous=True) == "delivered"
+    assert delivery.settle(repeat, after_ambiguous=False) == "refused"

@@ -14,7 +14,7 @@ from django.core.management import call_command
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runs.relay import protocol
+from runs.relay import delivery, protocol
 from runs.relay.simulator import JobKey, RelaySimulator
 
 REPO = "acme/backend"
@@ -54,8 +54,8 @@ def callback(client_payload: dict[str, Any], status: str = "in_progress", **over
     return protocol.build_callback(client_payload, **{**fields, **overrides})
 
 
-def post(relay: RelaySimulator, body: Any, token: str = "s3cret") -> protocol.Answer:
-    return protocol.send(relay.url, body, Bearer(token))
+def post(relay: RelaySimulator, body: Any, token: str = "s3cret") -> delivery.Answer:
+    return delivery.send(relay.url, body, Bearer(token))
 
 
 def test_in_progress_then_completed_is_accepted_in_order(relay):
@@ -110,7 +110,7 @@ def test_in_progress_after_completed_is_refused_as_out_of_order(relay):
 def test_a_trailing_slash_on_the_relay_url_is_dropped_as_the_action_does(relay):
     dispatched = relay.dispatch("d-1", REPO, PAYLOAD)
 
-    answer = protocol.send(relay.url + "/", callback(dispatched), Bearer("s3cret"))
+    answer = delivery.send(relay.url + "/", callback(dispatched), Bearer("s3cret"))
 
     assert answer.status == 200
 
@@ -138,7 +138,7 @@ def test_a_bad_token_is_unauthorised(relay):
     dispatched = relay.dispatch("d-1", REPO, PAYLOAD)
 
     answer = post(relay, callback(dispatched), token="wrong")
-    anonymous = protocol.send(relay.url, callback(dispatched), protocol.NoTokenProvider())
+    anonymous = delivery.send(relay.url, callback(dispatched), delivery.NoTokenProvider())
 
     assert (answer.status, anonymous.status) == (401, 401)
     assert relay.accepted == []
@@ -261,7 +261,7 @@ def test_a_lost_answer_makes_the_retry_a_duplicate_that_counts_as_delivered(rela
 
     assert lost.status == 502
     assert retry.status == 400
-    assert protocol.settle(retry, after_ambiguous=lost.ambiguous) == "delivered"
+    assert delivery.settle(retry, after_ambiguous=lost.ambiguous) == "delivered"
     assert [entry.status for entry in relay.accepted] == ["in_progress"]
 
 
@@ -323,7 +323,7 @@ class Sender:
         self.bodies = [callback(client_payload, job_name=job)]
         self.completed_body = callback(client_payload, "completed", job_name=job)
         self.after_ambiguous = False
-        self.refused: list[protocol.Answer] = []
+        self.refused: list[delivery.Answer] = []
 
     def worker_finished(self) -> None:
         if self.completed_body is not None:
@@ -338,7 +338,7 @@ class Sender:
         if self.idle:
             return
         answer = post(self.relay, self.bodies[0])
-        outcome = protocol.settle(answer, after_ambiguous=self.after_ambiguous)
+        outcome = delivery.settle(answer, after_ambiguous=self.after_ambiguous)
         if outcome == "retry":
             self.after_ambiguous = self.after_ambiguous or answer.ambiguous
             return

@@ -7,20 +7,16 @@ import random
 
 import pytest
 
-from runs.sharding import (
+from runs.areas import TestItem, area_for, file_key
+from runs.durations import (
     DurationStats,
     Source,
-    TestItem,
-    area_for,
-    balance,
-    file_key,
     file_seeds,
     load_test_times,
-    lower_bound,
-    plan_shards,
     shared_data_dir,
     update_duration,
 )
+from runs.sharding import balance, lower_bound, plan_shards
 
 
 def make_items(files: dict[str, int], labels: tuple[str, ...] = ()) -> list[TestItem]:

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from runs.sharding import shared_data_dir
+from runs.durations import shared_data_dir
 from runs.triage import (
     RULES_PATH,
     Category,

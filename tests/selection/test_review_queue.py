@@ -7,7 +7,7 @@ from django.urls import reverse
 
 from selection import configprs
 from selection.models import Proposal, ProposalEvent
-from selection.views import PAGE_SIZE
+from selection.views.review import PAGE_SIZE
 from tests.factories import make_backend, make_config, make_proposal, make_user
 
 pytestmark = pytest.mark.django_db

@@ -1,0 +1,21 @@
+"""Upstream events, runs, shards, results and HUD callbacks, one module per subject."""
+
+from runs.models.backends import Backend
+from runs.models.intake import Dispatch, Trigger
+from runs.models.relay import RelayCallback
+from runs.models.results import Failure, Shard, TestDuration, TestResult, TestResultQuerySet
+from runs.models.runs import Artifact, Run
+
+__all__ = [
+    "Artifact",
+    "Backend",
+    "Dispatch",
+    "Failure",
+    "RelayCallback",
+    "Run",
+    "Shard",
+    "TestDuration",
+    "TestResult",
+    "TestResultQuerySet",
+    "Trigger",
+]

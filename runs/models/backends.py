@@ -1,0 +1,41 @@
+"""Backends: the out-of-tree accelerator backends crcr tests and reports for."""
+
+from django.db import models
+from django.utils import timezone
+
+
+class Backend(models.Model):
+    """An out-of-tree accelerator backend and how crcr treats it."""
+
+    class RelayMode(models.TextChoices):
+        PER_JOB = "per_job", "per job (each shard is a HUD job)"
+        AGGREGATE = "aggregate", "aggregate (one HUD job per run)"
+
+    slug = models.SlugField(unique=True)
+    name = models.CharField(max_length=200)
+    device_module = models.CharField(
+        max_length=200, help_text="Python module that registers the privateuse1 backend"
+    )
+    repository = models.CharField(max_length=200, help_text="owner/name on GitHub")
+    version = models.CharField(max_length=100, default="0.0.0")
+    extra_versions = models.JSONField(
+        default=list, blank=True, help_text="other backend versions tested against each SHA"
+    )
+    extension_points = models.JSONField(
+        default=list, blank=True, help_text="hooked areas: eager, autograd, inductor, …"
+    )
+    scope_preference = models.TextField(blank=True, help_text='e.g. "no autograd yet"')
+    gate_policy = models.JSONField(default=dict, blank=True)
+    tracked_release = models.CharField(max_length=100, blank=True, help_text="release/X.Y")
+    relay_mode = models.CharField(
+        max_length=20, choices=RelayMode.choices, default=RelayMode.AGGREGATE
+    )
+    relay_url = models.URLField(blank=True, help_text="CRCR callback endpoint; empty: none")
+    relay_token = models.CharField(
+        max_length=300, default="none", help_text="oidc, file:/path/to/token or none"
+    )
+    webhook_secret = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return self.name

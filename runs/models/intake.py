@@ -1,0 +1,110 @@
+"""Intake: upstream events as delivered (dispatches) and what asked for a build (triggers)."""
+
+import uuid
+from typing import Any
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+from runs.models.backends import Backend
+
+
+class Dispatch(models.Model):
+    """One upstream event as CRCR (or a GitHub webhook) delivered it, stored raw first."""
+
+    class Source(models.TextChoices):
+        CRCR = "crcr", "CRCR repository_dispatch"
+        WEBHOOK = "webhook", "GitHub webhook"
+
+    class Verdict(models.TextChoices):
+        PENDING = "pending", "pending"
+        ACCEPTED = "accepted", "accepted: built"
+        RECORDED = "recorded", "recorded, not built"
+        RECHECK = "recheck", "waiting for a re-check"
+        REJECTED = "rejected", "rejected"
+
+    uuid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    backend = models.ForeignKey(Backend, on_delete=models.PROTECT, related_name="dispatches")
+    delivery_id = models.CharField(max_length=100)
+    source = models.CharField(max_length=10, choices=Source.choices, default=Source.CRCR)
+    event_type = models.CharField(max_length=40)
+    raw_body = models.TextField()
+    payload = models.JSONField()
+    action = models.CharField(max_length=40, blank=True)
+    pr_number = models.PositiveIntegerField(null=True, blank=True)
+    base_ref = models.CharField(max_length=200, blank=True)
+    head_sha = models.CharField(max_length=40, blank=True)
+    verdict = models.CharField(max_length=10, choices=Verdict.choices, default=Verdict.PENDING)
+    verdict_reason = models.TextField(blank=True)
+    recheck_at = models.DateTimeField(null=True, blank=True)
+    received_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            # Idempotent intake: a redelivery finds the first record.
+            models.UniqueConstraint(
+                fields=["backend", "delivery_id"], name="dispatch_unique_delivery"
+            )
+        ]
+        # The dispatch list, newest first.
+        indexes = [models.Index(fields=["-received_at"], name="dispatch_recent")]
+        ordering = ["-received_at"]
+
+    def __str__(self) -> str:
+        return f"{self.event_type} {self.delivery_id}"
+
+    @staticmethod
+    def fields_from_payload(event_type: str, payload: dict[str, Any]) -> dict[str, Any]:
+        """The columns the gate and the pages read, taken from a validated payload."""
+        if event_type == "pull_request":
+            pull = payload["pull_request"]
+            return {
+                "action": payload["action"],
+                "pr_number": pull["number"],
+                "base_ref": pull["base"]["ref"],
+                "head_sha": pull["head"]["sha"],
+            }
+        return {"action": "push", "base_ref": payload["ref"], "head_sha": payload["after"]}
+
+    @property
+    def labels(self) -> list[str]:
+        if self.event_type != "pull_request":
+            return []
+        return [label["name"] for label in self.payload["pull_request"].get("labels", [])]
+
+    def decide(self, verdict: str, reason: str, expected: tuple[str, ...]) -> bool:
+        """Record the gate's verdict if the dispatch is still in an expected state."""
+        # Conditional update: a redelivered gate task finds the verdict taken and stops.
+        changed = Dispatch.objects.filter(pk=self.pk, verdict__in=expected).update(
+            verdict=verdict, verdict_reason=reason
+        )
+        if changed:
+            self.verdict, self.verdict_reason = verdict, reason
+        return bool(changed)
+
+
+class Trigger(models.Model):
+    """What asked for a build: a dispatch, the nightly schedule, a release or a person."""
+
+    class Kind(models.TextChoices):
+        DISPATCH = "dispatch", "dispatch"
+        NIGHTLY = "nightly", "nightly"
+        RELEASE = "release", "release"
+        MANUAL = "manual", "manual"
+
+    uuid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    backend = models.ForeignKey(Backend, on_delete=models.PROTECT, related_name="triggers")
+    kind = models.CharField(max_length=10, choices=Kind.choices)
+    dispatch = models.OneToOneField(
+        Dispatch, null=True, blank=True, on_delete=models.PROTECT, related_name="trigger"
+    )
+    ref = models.CharField(max_length=200, blank=True, help_text="branch the SHA came from")
+    pytorch_sha = models.CharField(max_length=40)
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.pytorch_sha[:12]}"

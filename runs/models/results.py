@@ -1,0 +1,188 @@
+"""Results: a run's shards, each test attempt's outcome, failures and duration history."""
+
+import uuid
+from typing import TYPE_CHECKING
+
+from django.db import models
+from django.utils import timezone
+
+from runs.models.runs import Run
+
+if TYPE_CHECKING:
+    from runs.charts import Bar
+
+
+class Shard(models.Model):
+    """A slice of a run's tests executed in one pytest process on a device host."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending", "pending"
+        RUNNING = "running", "running"
+        DONE = "done", "done"
+        LOST = "lost", "lost to infrastructure"
+        ERROR = "error", "infrastructure error"
+
+    uuid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="shards")
+    index = models.PositiveIntegerField()
+    test_ids = models.JSONField(default=list)
+    estimated_seconds = models.FloatField(default=0)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
+    attempts = models.PositiveIntegerField(default=0)
+    worker = models.CharField(max_length=200, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    tests_done = models.PositiveIntegerField(
+        default=0, help_text="tests the running attempt has finished, as of its last heartbeat"
+    )
+    exit_code = models.IntegerField(null=True, blank=True)
+    error = models.TextField(blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "index"], name="shard_unique_index")]
+        ordering = ["run", "index"]
+
+    def __str__(self) -> str:
+        return f"{self.run} shard {self.index}"
+
+    @property
+    def actual_seconds(self) -> float | None:
+        if self.started_at is None or self.finished_at is None:
+            return None
+        return (self.finished_at - self.started_at).total_seconds()
+
+    def test_counts(self) -> dict[str, int]:
+        return self.results.all().counts()
+
+    def chart_bar(self) -> "Bar":
+        from runs.charts import Bar
+
+        return Bar(f"shard {self.index}", self.estimated_seconds, self.actual_seconds)
+
+
+class TestResultQuerySet(models.QuerySet):
+    def counts(self) -> dict[str, int]:
+        """passed/failed/skipped/total over each test's final attempt."""
+        final = dict(self.order_by("attempt").values_list("node_id", "outcome"))
+        outcomes = list(final.values())
+        passed = sum(o in TestResult.PASSING for o in outcomes)
+        skipped = sum(o == TestResult.Outcome.SKIPPED for o in outcomes)
+        failed = len(outcomes) - passed - skipped
+        return {"passed": passed, "failed": failed, "skipped": skipped, "total": len(outcomes)}
+
+
+class TestResult(models.Model):
+    """One attempt of one test; retries add rows, never overwrite them."""
+
+    class Outcome(models.TextChoices):
+        PASSED = "passed", "passed"
+        FAILED = "failed", "failed"
+        ERROR = "error", "error"
+        SKIPPED = "skipped", "skipped"
+        XFAILED = "xfailed", "expected failure"
+        XPASSED = "xpassed", "unexpected pass"
+        CRASHED = "crashed", "crashed"
+        TIMED_OUT = "timed_out", "timed out"
+
+    __test__ = False  # not a pytest test class
+    PASSING = (Outcome.PASSED, Outcome.XFAILED, Outcome.XPASSED)
+    FAILING = (Outcome.FAILED, Outcome.ERROR, Outcome.CRASHED, Outcome.TIMED_OUT)
+
+    # No index of their own: the unique (shard, node_id, attempt) and the
+    # (run, outcome) indexes lead with them, and each index costs every insert.
+    shard = models.ForeignKey(
+        Shard, on_delete=models.CASCADE, related_name="results", db_index=False
+    )
+    # The shard's run, copied for the run page's queries; the shard's foreign key
+    # already guarantees it, so the database skips a second check per inserted row.
+    run = models.ForeignKey(
+        Run, on_delete=models.CASCADE, related_name="results", db_index=False, db_constraint=False
+    )
+    attempt = models.PositiveIntegerField(default=1)
+    node_id = models.CharField(max_length=500)
+    file_path = models.CharField(max_length=300)
+    class_name = models.CharField(max_length=200, blank=True)
+    test_name = models.CharField(max_length=300, help_text="generic test (source method) name")
+    op = models.CharField(max_length=100, blank=True)
+    dtype = models.CharField(max_length=40, blank=True)
+    module = models.CharField(max_length=200, blank=True)
+    mode = models.CharField(max_length=20, blank=True)
+    outcome = models.CharField(max_length=10, choices=Outcome.choices)
+    duration = models.FloatField(default=0)
+    message = models.TextField(blank=True)
+    markers = models.JSONField(default=list, blank=True)
+    recorded_at = models.DateTimeField(default=timezone.now)
+
+    objects = TestResultQuerySet.as_manager()
+
+    class Meta:
+        constraints = [
+            # Ingestion is idempotent: a re-delivered report cannot double-count.
+            models.UniqueConstraint(
+                fields=["shard", "node_id", "attempt"], name="result_unique_attempt"
+            )
+        ]
+        # The run page's failures and the verdict's "last green" lookup.
+        indexes = [models.Index(fields=["run", "outcome"], name="result_run_outcome")]
+
+    def __str__(self) -> str:
+        return f"{self.node_id} #{self.attempt}: {self.outcome}"
+
+
+class Failure(models.Model):
+    """The classification and verdict of a test's final failing outcome in a run."""
+
+    class Category(models.TextChoices):
+        UNSUPPORTED_OP = "unsupported_op", "unsupported op"
+        UNSUPPORTED_DTYPE = "unsupported_dtype", "unsupported dtype"
+        NUMERICAL_MISMATCH = "numerical_mismatch", "numerical mismatch"
+        CRASH = "crash", "crash"
+        TIMEOUT = "timeout", "timeout"
+        INFRA = "infra", "infrastructure"
+        TEST_ERROR = "test_error", "test error"
+        OTHER = "other", "other"
+
+    class Verdict(models.TextChoices):
+        REGRESSION = "regression", "regression"
+        FLAKY = "flaky", "flaky"
+        KNOWN = "known", "known"
+        INFRA = "infra", "infrastructure"
+
+    result = models.OneToOneField(TestResult, on_delete=models.CASCADE, related_name="failure")
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="failures")
+    category = models.CharField(max_length=20, choices=Category.choices)
+    rule = models.CharField(max_length=100, blank=True)
+    op_name = models.CharField(max_length=100, blank=True)
+    decisive_line = models.TextField(blank=True)
+    verdict = models.CharField(max_length=12, choices=Verdict.choices)
+    verdict_reason = models.TextField(blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.result.node_id}: {self.category} ({self.verdict})"
+
+    @property
+    def first_line(self) -> str:
+        text = self.decisive_line or self.result.message
+        return next((line for line in text.splitlines() if line.strip()), "")
+
+
+class TestDuration(models.Model):
+    """Duration history of one test on one device, robust to outliers."""
+
+    __test__ = False
+
+    test_id = models.CharField(max_length=500)
+    device = models.CharField(max_length=100)
+    seconds = models.FloatField(help_text="decayed mean")
+    spread = models.FloatField(default=0, help_text="decayed mean absolute deviation")
+    samples = models.PositiveIntegerField(default=1)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["test_id", "device"], name="duration_unique_test")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.test_id} on {self.device}: {self.seconds:.2f}s"

@@ -1,0 +1,141 @@
+"""Runs: one combination tested per HUD job, and the built artifacts it installs."""
+
+import uuid
+from typing import Any
+
+from django.conf import settings
+from django.db import models
+from django.urls import reverse
+from django.utils import timezone
+
+from runs.models.backends import Backend
+from runs.models.intake import Trigger
+
+
+class Artifact(models.Model):
+    """A built file (PyTorch or backend wheel), registered once and verified by hash."""
+
+    class Kind(models.TextChoices):
+        PYTORCH = "pytorch", "PyTorch wheel"
+        BACKEND = "backend", "backend wheel"
+
+    kind = models.CharField(max_length=10, choices=Kind.choices)
+    name = models.CharField(max_length=200)
+    version = models.CharField(max_length=100)
+    sha256 = models.CharField(max_length=64, unique=True)
+    size = models.BigIntegerField(default=0)
+    file = models.FileField(upload_to="artifacts/", blank=True, max_length=500)
+    location = models.CharField(max_length=500, blank=True, help_text="where it came from")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"{self.name} {self.version}"
+
+
+class Run(models.Model):
+    """One combination (backend × PyTorch SHA × test suite × config): one HUD job."""
+
+    class Status(models.TextChoices):
+        QUEUED = "queued", "queued"
+        PLANNING = "planning", "planning"
+        RUNNING = "running", "running"
+        PASSED = "passed", "passed"
+        FAILED = "failed", "failed"
+        CANCELLED = "cancelled", "cancelled"
+        TIMED_OUT = "timed_out", "timed out"
+        ERROR = "error", "infrastructure error"
+
+    FINISHED = (Status.PASSED, Status.FAILED, Status.CANCELLED, Status.TIMED_OUT, Status.ERROR)
+
+    uuid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    trigger = models.ForeignKey(Trigger, on_delete=models.PROTECT, related_name="runs")
+    backend = models.ForeignKey(Backend, on_delete=models.PROTECT, related_name="runs")
+    job_name = models.CharField(max_length=200)
+    is_primary = models.BooleanField(default=True)
+    backend_version = models.CharField(max_length=100)
+    pytorch_sha = models.CharField(max_length=40)
+    test_suite_sha = models.CharField(max_length=40)
+    config_version = models.ForeignKey(
+        "selection.ConfigVersion", on_delete=models.PROTECT, related_name="runs"
+    )
+    artifacts = models.ManyToManyField(Artifact, blank=True, related_name="runs")
+    run_attempt = models.PositiveIntegerField(default=1)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.QUEUED)
+    changed_since_green = models.JSONField(
+        default=list, blank=True, help_text="what moved since the job's last green run"
+    )
+    error = models.TextField(blank=True, help_text="why the run could not run, if it could not")
+    created_at = models.DateTimeField(default=timezone.now)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        # The HUD grid and "last green run of this job".
+        indexes = [models.Index(fields=["job_name", "-created_at"], name="run_job_recent")]
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.job_name} @ {self.pytorch_sha[:12]}"
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status in self.FINISHED
+
+    def only_upstream_changed(self) -> bool:
+        """Since the job's last green run, only PyTorch (and so its test suite) moved."""
+        changed = set(self.changed_since_green)
+        return bool(changed) and changed <= {"PyTorch", "test suite"}
+
+    def attribution(self) -> str:
+        """What a red run's failure is put down to, from what moved since the job's last green run.
+
+        Empty for a run that is not red. PyTorch and its test suite move together
+        (the suite is PyTorch's tests at that SHA), so either alone reads as upstream.
+        """
+        if self.status not in (self.Status.FAILED, self.Status.TIMED_OUT):
+            return ""
+        changed = set(self.changed_since_green)
+        if "no green run yet" in changed:
+            return "no green run yet: nothing to compare with"
+        if not changed:
+            return "nothing changed since the last green run: flaky or infrastructure"
+        names = []
+        if "PyTorch" in changed:
+            names.append("PyTorch")
+        elif "test suite" in changed:
+            names.append("the test suite")
+        names += [f"the {name}" for name in ("backend", "config") if name in changed]
+        if len(names) == 1:
+            return f"only {names[0]} changed since the last green run"
+        if len(names) == 2:
+            return f"both {names[0]} and {names[1]} changed since the last green run"
+        return f"{', '.join(names[:-1])} and {names[-1]} changed since the last green run"
+
+    def failure_groups(self) -> list[dict[str, Any]]:
+        """Failures grouped by category and verdict, each with its tests' first lines."""
+        groups: dict[tuple[str, str], dict[str, Any]] = {}
+        failures = self.failures.select_related("result").order_by("category", "verdict")
+        for failure in failures:
+            key = (failure.get_category_display(), failure.get_verdict_display())
+            group = groups.setdefault(key, {"category": key[0], "verdict": key[1], "failures": []})
+            group["failures"].append(failure)
+        return list(groups.values())
+
+    def page_url(self) -> str:
+        """The absolute URL of the run's page, for links crcr sends out."""
+        base = settings.CRCR_PUBLIC_URL.rstrip("/")
+        return f"{base}{reverse('runs:run_detail', args=[self.uuid])}"
+
+    def test_counts(self) -> dict[str, int]:
+        """passed/failed/skipped/total over each test's final attempt."""
+        # Imported here: results.py imports Run for its foreign keys.
+        from runs.models.results import TestResult
+
+        final = {}
+        for node_id, outcome in self.results.order_by("attempt").values_list("node_id", "outcome"):
+            final[node_id] = outcome
+        outcomes = list(final.values())
+        passed = sum(o in TestResult.PASSING for o in outcomes)
+        skipped = sum(o == TestResult.Outcome.SKIPPED for o in outcomes)
+        failed = len(outcomes) - passed - skipped
+        return {"passed": passed, "failed": failed, "skipped": skipped, "total": len(outcomes)}

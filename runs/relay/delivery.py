@@ -1,0 +1,236 @@
+"""Delivering CRCR relay callbacks: bearer tokens, one POST, retry timing, what an answer means.
+
+Imports nothing from Django, like `runs.relay.protocol` whose bodies it sends: the bridge
+(`python -m runs.relay.bridge`) runs it on a GitHub Actions runner with only the standard
+library, and crcr's outbox shares it. Where each rule comes from is in `runs/relay/README.md`.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import random
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+from runs.relay.protocol import AUDIENCE
+
+Outcome = Literal["delivered", "refused", "retry"]
+
+
+# --- tokens -------------------------------------------------------------------------------
+
+
+class TokenError(Exception):
+    """No bearer token could be had; `retryable` when asking again later may work."""
+
+    def __init__(self, message: str, *, retryable: bool = False) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+
+
+class TokenProvider(Protocol):
+    def token(self) -> str | None: ...
+
+
+class NoTokenProvider:
+    """Send no Authorization header (a relay simulator started without tokens)."""
+
+    def token(self) -> str | None:
+        return None
+
+
+class StaticTokenProvider:
+    """A bearer token read from a secret file, re-read on every call so rotation works."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+
+    def token(self) -> str:
+        try:
+            value = self.path.read_text().strip()
+        except OSError as error:
+            raise TokenError(f"cannot read the relay token file {self.path}: {error}") from None
+        if not value:
+            raise TokenError(f"the relay token file {self.path} is empty")
+        return value
+
+
+class GitHubOIDCTokenProvider:
+    """A fresh GitHub Actions OIDC token for the relay's audience, minted per callback.
+
+    The Actions runtime hands a job that holds `permissions: id-token: write` a request URL
+    and bearer token; the ID token lives a few minutes, so one is asked for per send.
+    """
+
+    def __init__(
+        self,
+        audience: str = AUDIENCE,
+        *,
+        environ: Mapping[str, str] | None = None,
+        timeout: float = 10.0,
+    ) -> None:
+        self.audience, self.environ, self.timeout = audience, environ, timeout
+
+    def token(self) -> str:
+        env = os.environ if self.environ is None else self.environ
+        request_url = env.get("ACTIONS_ID_TOKEN_REQUEST_URL")
+        request_token = env.get("ACTIONS_ID_TOKEN_REQUEST_TOKEN")
+        if not request_url or not request_token:
+            raise TokenError(
+                "no GitHub Actions OIDC token: ACTIONS_ID_TOKEN_REQUEST_URL and "
+                "ACTIONS_ID_TOKEN_REQUEST_TOKEN are not set. Run inside a GitHub Actions job "
+                "whose permissions include `id-token: write`, or use a token file."
+            )
+        separator = "&" if "?" in request_url else "?"
+        url = f"{request_url}{separator}audience={urllib.parse.quote(self.audience, safe='')}"
+        request = urllib.request.Request(
+            url, headers={"Authorization": f"Bearer {request_token}", "Accept": "application/json"}
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                value = json.loads(response.read()).get("value")
+        except urllib.error.HTTPError as error:
+            raise TokenError(
+                f"the Actions token endpoint answered {error.code}", retryable=error.code >= 500
+            ) from None
+        except (OSError, http.client.HTTPException) as error:
+            raise TokenError(
+                f"the Actions token endpoint is unreachable: {error}", retryable=True
+            ) from None
+        except (ValueError, AttributeError):
+            raise TokenError(
+                "the Actions token endpoint answered something other than JSON"
+            ) from None
+        if not isinstance(value, str) or not value:
+            raise TokenError("the Actions token endpoint answered without a `value`")
+        return value
+
+
+def provider_from_spec(spec: str) -> TokenProvider:
+    """`oidc`, `file:/path/to/secret` or `none`."""
+    if spec == "oidc":
+        return GitHubOIDCTokenProvider()
+    if spec == "none":
+        return NoTokenProvider()
+    if spec.startswith("file:") and len(spec) > len("file:"):
+        return StaticTokenProvider(spec[len("file:") :])
+    raise ValueError(f"token spec must be `oidc`, `file:/path` or `none`, not {spec!r}")
+
+
+# --- sending ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What the relay said: `status` is None when no HTTP answer came (network error)."""
+
+    status: int | None
+    text: str
+    retryable: bool
+    retry_after: float | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status is not None and 200 <= self.status < 300
+
+    @property
+    def ambiguous(self) -> bool:
+        """The relay may have recorded the transition even though the answer says otherwise."""
+        return self.status is None or self.status >= 500
+
+    @property
+    def ignored(self) -> bool:
+        """The relay took it but does nothing with it: the repository is below level L2."""
+        return self.ok and self.json().get("status") == "ignored"
+
+    @property
+    def refuses_transition(self) -> bool:
+        """A 400 for a repeated or out-of-order transition (the relay's wording)."""
+        return self.status == 400 and "invalid state transition" in self.text
+
+    def json(self) -> dict[str, Any]:
+        try:
+            value = json.loads(self.text)
+        except ValueError:
+            return {}
+        return value if isinstance(value, dict) else {}
+
+    @property
+    def detail(self) -> str:
+        return str(self.json().get("detail") or self.text or "no answer").strip()
+
+    def describe(self) -> str:
+        return f"{self.status or 'no answer'}: {self.detail}"
+
+
+def send(
+    url: str, body: Mapping[str, Any], token_provider: TokenProvider, timeout: float = 30.0
+) -> Answer:
+    """POST one callback; retryable only for 429, 5xx and network errors."""
+    headers = {"Content-Type": "application/json", "Accept": "application/json"}
+    token = token_provider.token()
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    data = json.dumps(body).encode()
+    # The relay matches its path exactly, and the action's documented URL ends in a slash
+    # that the action strips before posting; so does this.
+    request = urllib.request.Request(url.rstrip("/"), data=data, headers=headers, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return Answer(response.status, response.read().decode(errors="replace"), False)
+    except urllib.error.HTTPError as error:
+        text = error.read().decode(errors="replace")
+        retryable = error.code == 429 or error.code >= 500
+        return Answer(
+            error.code, text, retryable, parse_retry_after(error.headers.get("Retry-After"))
+        )
+    except (OSError, http.client.HTTPException) as error:
+        reason = getattr(error, "reason", None) or error
+        return Answer(None, f"network error: {reason}", True)
+
+
+def parse_retry_after(value: str | None, now: datetime | None = None) -> float | None:
+    """Seconds from a Retry-After header, in either of its forms (seconds or an HTTP date)."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
+
+
+def backoff(
+    attempt: int, base: float = 2.0, cap: float = 600.0, jitter: Callable[[], float] = random.random
+) -> float:
+    """Seconds to wait before retry `attempt` (0-based): exponential with full jitter."""
+    return jitter() * min(cap, base * 2 ** min(attempt, 32))
+
+
+def settle(answer: Answer, *, after_ambiguous: bool) -> Outcome:
+    """What an answer means for the outbox row that sent it.
+
+    A transition refused as repeated, after an earlier attempt whose answer was lost (5xx or
+    no answer), means that earlier attempt landed: the row is delivered, not refused.
+    """
+    if answer.ok:
+        return "delivered"
+    if answer.retryable:
+        return "retry"
+    if after_ambiguous and answer.refuses_transition:
+        return "delivered"
+    return "refused"
