@@ -27,13 +27,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from runs.sharding import (  # noqa: E402 (the repository root goes on the path first)
-    TestItem,
-    load_test_times,
-    lower_bound,
-    plan_shards,
-    shared_data_dir,
-)
+from runs.areas import TestItem  # noqa: E402 (the repository root goes on the path first)
+from runs.durations import load_test_times, shared_data_dir  # noqa: E402
+from runs.sharding import lower_bound, plan_shards  # noqa: E402
 
 SHARD_COUNTS = (4, 8, 16, 32)
 TARGET_MEDIAN = 1.02
