@@ -30,11 +30,13 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from selection.reuse.launcher import PytestRun, TestEnvironment  # noqa: E402
 from selection.reuse.static_scan import scan_file  # noqa: E402
 
 TARGET = 1.10
@@ -78,13 +80,16 @@ def generated_config(files: list[Path], unlisted: str, every: int = 1) -> str:
     return "\n".join(lines) + "\n"
 
 
-def run_once(command: list[str], cwd: Path) -> tuple[float, float, int]:
+def run_once(pytest: PytestRun) -> tuple[float, float, int]:
     """Wall seconds, peak RSS (MiB) and collected-test count of one child process."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "DJANGO_"))}
-    env["PYTORCH_TESTING_DEVICE_ONLY_FOR"] = "privateuse1"
     start = time.perf_counter()
     child = subprocess.Popen(
-        command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        pytest.argv(),
+        cwd=pytest.working_dir,
+        env=dict(pytest.environment.variables),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     output = child.stdout.read() if child.stdout else ""
     _, status, usage = os.wait4(child.pid, 0)
@@ -96,12 +101,29 @@ def run_once(command: list[str], cwd: Path) -> tuple[float, float, int]:
     return wall, usage.ru_maxrss / 1024, int(found.group(1))
 
 
-def commands(rootdir: Path, files: list[Path], config: Path) -> dict[str, list[str]]:
-    base = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
-            "-p", "no:django", f"--rootdir={rootdir}", *map(str, files)]  # fmt: skip
+def environment() -> TestEnvironment:
+    """This process's environment without pytest's and Django's variables, torch's
+    device bases restricted to privateuse1; no device module (each run names its own)."""
+    variables = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "DJANGO_"))}
+    variables["PYTORCH_TESTING_DEVICE_ONLY_FOR"] = "privateuse1"
+    return TestEnvironment(sys.executable, variables)
+
+
+def commands(rootdir: Path, files: list[Path], config: Path) -> dict[str, PytestRun]:
+    """Both collections. No tree: the plugin takes ${TORCH_ROOT} from the environment."""
+    collect = PytestRun(
+        environment(),
+        None,
+        files=[str(f) for f in files],
+        collect_only=True,
+        rootdir=rootdir,
+        cwd=rootdir,
+        extra_args=["-p", "no:django"],
+    )
+    plain = ["-p", "no:django", "-p", "no:crcr_reuse", "-p", "selection.reuse.reference_device"]
     return {
-        "plain": [*base, "-p", "no:crcr_reuse", "-p", "selection.reuse.reference_device"],
-        "plugin": [*base, "-p", "crcr_reuse", f"--reuse-config={config}"],
+        "plain": replace(collect, extra_args=plain),
+        "plugin": replace(collect, configs=[config]),
     }
 
 
@@ -118,9 +140,9 @@ def main() -> int:
         runs = commands(rootdir, files, config)
         results: dict[str, list[tuple[float, float, int]]] = {"plain": [], "plugin": []}
         for _ in range(args.rounds):
-            for name, command in runs.items():
-                results[name].append(run_once(command, rootdir))
-        skip_run = run_once(commands(rootdir, files, realistic)["plugin"], rootdir)
+            for name, pytest in runs.items():
+                results[name].append(run_once(pytest))
+        skip_run = run_once(commands(rootdir, files, realistic)["plugin"])
     entries = generated_config(files, "mandatory_success").count("- names:")
     return report(files, entries, results, skip_run)
 

@@ -59,12 +59,21 @@ def main() -> int:
     from django.core.management import call_command
 
     from runs import ingest, report_files
-    from runs.models import Run, Shard, TestResult, Trigger
-    from tests.factories import make_backend, make_config
+    from runs.models import Backend, Run, Shard, TestResult, Trigger
+    from selection.models import ConfigVersion
 
     call_command("migrate", verbosity=0)
-    backend = make_backend(f"bench-{time.time_ns()}")
-    config = make_config(backend)
+    slug = f"bench-{time.time_ns()}"
+    backend = Backend.objects.create(
+        slug=slug,
+        name=slug.title(),
+        device_module="selection.reuse.reference_device",
+        repository=f"{slug}/torch-{slug}",
+    )
+    text = "test_suite_config:\n  files: []\n"
+    config = ConfigVersion.objects.create(
+        backend=backend, number=1, yaml_text=text, sha256=ConfigVersion.hash_text(text)
+    )
     trigger = Trigger.objects.create(backend=backend, kind="manual", pytorch_sha="0" * 40)
     run = Run.objects.create(
         trigger=trigger, backend=backend, job_name="bench", backend_version="0",

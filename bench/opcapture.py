@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import os
 import resource
-import subprocess
 import sys
 import tempfile
 import time
@@ -26,26 +25,37 @@ import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from selection.reuse.launcher import OperatorCapture, PytestRun, TestEnvironment  # noqa: E402
+
 TARGET = 1.5
+# Only so that a hung test cannot hold the bench forever: far above any real run.
+LIMIT_S = 4 * 3600
 
 
 def run(
     tree: Path, files: list[str], capture: bool, scratch: Path, tag: str
 ) -> tuple[float, float, float, int]:
     junit = scratch / f"{tag}.xml"
-    env = dict(os.environ, PYTORCH_TESTING_DEVICE_ONLY_FOR="cpu", PYTHONPATH=str(ROOT))
-    command = [
-        sys.executable, "-m", "pytest", *files, f"--rootdir={tree}", "-q", "-p", "no:cacheprovider",
-        "-o", "addopts=", f"--junitxml={junit}",
-    ]  # fmt: skip
+    variables = dict(os.environ, PYTORCH_TESTING_DEVICE_ONLY_FOR="cpu", PYTHONPATH=str(ROOT))
     if capture:
-        env.update(
+        variables.update(
             TORCH_LOGS="post_grad_graphs,aot_graphs", TORCH_LOGS_OUT=str(scratch / "logs.txt")
         )
-        command += ["-p", "selection.opcapture_plugin", f"--opcapture-out={scratch / tag}.jsonl"]
+    pytest = PytestRun(
+        TestEnvironment(sys.executable, variables),
+        tree,
+        files=files,
+        junit=junit,
+        rootdir=tree,
+        # Paths in the capture relative to the tree: the rootdir, the plugin's own default.
+        capture=OperatorCapture(scratch / f"{tag}.jsonl", tree) if capture else None,
+        extra_args=["-o", "addopts="],
+    )
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.monotonic()
-    subprocess.run(command, cwd=tree, env=env, capture_output=True, text=True, check=False)
+    pytest.run(timeout=LIMIT_S)
     wall = time.monotonic() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)

@@ -25,14 +25,15 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from selection.reuse.launcher import PytestRun, TestEnvironment  # noqa: E402
 from selection.reuse.schema import DTYPES  # noqa: E402
 from selection.reuse.static_scan import scan_file  # noqa: E402
 
@@ -62,24 +63,36 @@ test_suite_config:
 """
 SUPPORTED = {"bfloat16", "float16", "float32"}
 DEVICE = "privateuseone"
+# Only so that a hung process cannot hold the check forever: far above any real run.
+LIMIT_S = 3600
 
 
-def pytest_run(root: Path, args: list[str]) -> tuple[int, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "DJANGO_"))}
-    env["TORCH_ROOT"] = str(root)
-    env["PYTORCH_TESTING_DEVICE_ONLY_FOR"] = "privateuse1"
-    command = [
-        sys.executable,
-        "-m",
-        "pytest",
-        "-p",
-        "no:cacheprovider",
-        "-p",
-        "no:django",
-        f"--rootdir={root}",
-        *args,
-    ]
-    done = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, check=False)
+def pytest_run(
+    root: Path,
+    *,
+    files: Sequence[str] = (),
+    configs: Sequence[Path] = (),
+    json_report: Path | None = None,
+    collect_only: bool = False,
+    args: list[str],
+) -> tuple[int, str]:
+    """One pytest process in `root` (the rootdir, the working folder and $TORCH_ROOT, which
+    the plugin reads itself); without configs a plain one."""
+    variables = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "DJANGO_"))}
+    variables["TORCH_ROOT"] = str(root)
+    variables["PYTORCH_TESTING_DEVICE_ONLY_FOR"] = "privateuse1"
+    pytest = PytestRun(
+        TestEnvironment(sys.executable, variables),
+        None,
+        configs=configs,
+        files=files,
+        collect_only=collect_only,
+        json_report=json_report,
+        rootdir=root,
+        cwd=root,
+        extra_args=["-p", "no:django", *args],
+    )
+    done = pytest.run(timeout=LIMIT_S)
     return done.returncode, done.stdout + done.stderr
 
 
@@ -87,15 +100,9 @@ def plain_ids(root: Path, test_file: Path) -> list[str]:
     """Every privateuse1 test plain pytest collects (device registered, no plugin)."""
     code, output = pytest_run(
         root,
-        [
-            "--collect-only",
-            "-q",
-            "-p",
-            "no:crcr_reuse",
-            "-p",
-            "selection.reuse.reference_device",
-            str(test_file),
-        ],
+        files=[str(test_file)],
+        collect_only=True,
+        args=["-p", "no:crcr_reuse", "-p", "selection.reuse.reference_device"],
     )
     if code != 0:
         raise SystemExit(f"plain collection failed:\n{output[-3000:]}")
@@ -129,13 +136,13 @@ def parse_dtypes(suffix: str) -> list[str]:
 
 
 def plugin_report(
-    root: Path, config_text: str, args: list[str], tmp: Path, name: str
+    root: Path, config_text: str, args: list[str], tmp: Path, name: str, collect_only: bool
 ) -> tuple[int, str, dict]:
     config = tmp / f"{name}.yaml"
     config.write_text(config_text)
     report = tmp / f"{name}.json"
     code, output = pytest_run(
-        root, ["-p", "crcr_reuse", f"--reuse-config={config}", f"--reuse-json={report}", *args]
+        root, configs=[config], json_report=report, collect_only=collect_only, args=args
     )
     if not report.exists():
         raise SystemExit(f"{name}: no report ({code}):\n{output[-3000:]}")
@@ -163,7 +170,10 @@ def bar_one(root: Path, tmp: Path, failures: list[str]) -> None:
         key = f"{re.sub(r'PRIVATEUSE(1|ONE)$', '', cls)}::{generic}"
         if key in wanted and all(d in SUPPORTED - excluded for d in dtypes):
             expected.add(name)
-    code, output, report = plugin_report(root, BAR_ONE, ["-v", "-rA"], tmp, "bar1")
+    # What -v -rA alone set, after the launcher's -q and -rN: every test's outcome, every summary.
+    code, output, report = plugin_report(
+        root, BAR_ONE, ["--verbosity=1", "-rA"], tmp, "bar1", False
+    )
     names = {r["nodeid"].rsplit("::", 1)[1] for r in report["tests"]}
     print(f"bar 1: collected {len(names)}: {sorted(names)}")
     print(f"bar 1: outcomes {report['summary']}; exit code {code}")
@@ -210,9 +220,7 @@ def bar_two(root: Path, tmp: Path, failures: list[str]) -> None:
         if "float16" in dtypes:
             float16.add(name)
     for marker, expected in (("op__add", add), ("dtype__float16", float16)):
-        _, _, report = plugin_report(
-            root, BAR_TWO, ["--collect-only", "-q", "-m", marker], tmp, marker
-        )
+        _, _, report = plugin_report(root, BAR_TWO, ["-m", marker], tmp, marker, True)
         names = {r["nodeid"].rsplit("::", 1)[1] for r in report["tests"]}
         print(f"bar 2: -m {marker} selects {len(names)} tests (plain pytest says {len(expected)})")
         check(
