@@ -11,6 +11,7 @@ from runs import ingest
 from runs.crash_pinning import Executor, ShardSpec
 from runs.models import Run, Shard, Trigger
 from runs.report_files import ReportError, check_junit, parse_junit, read_progress
+from selection.reuse.launcher import PytestRun, TestEnvironment
 from tests.factories import make_backend, make_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -104,10 +105,11 @@ def test_a_pytest_that_wrote_a_broken_report_is_refused_whole(tmp_path):
     spec = ShardSpec(
         ids=["test_a.py::test_one", "test_a.py::test_two"],
         workdir=tmp_path / "work",
-        cwd=tree,
-        pytest_args=["-p", "no:crcr_reuse", "-p", "no:django"],
-        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
-        python=sys.executable,
+        pytest=PytestRun(
+            TestEnvironment(sys.executable, {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}),
+            tree,
+            extra_args=["-p", "no:crcr_reuse", "-p", "no:django"],
+        ),
         timeout=60,
         test_timeout=30,
     )
