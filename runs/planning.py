@@ -54,9 +54,9 @@ def pytest_for(run: Run, tree: Path, environment: TestEnvironment | None = None)
     return PytestRun(environment, tree, configs=[write_config(run)])
 
 
-def collect(run: Run, tree: Path, environment: TestEnvironment) -> list[str]:
+def collect(pytest: PytestRun) -> list[str]:
     """Node ids of every test the run's config selects on its test tree."""
-    completed = replace(pytest_for(run, tree, environment), collect_only=True).run(timeout=1800)
+    completed = replace(pytest, collect_only=True).run(timeout=1800)
     # Ids in one spelling of the backend's class suffix, as results are stored.
     lines = completed.stdout.splitlines()
     ids = [canonical(line) for line in lines if "::" in line and " " not in line]
@@ -77,14 +77,13 @@ def start(run_id: int) -> list[Shard]:
         return []
     run = Run.objects.select_related("backend", "config_version").get(pk=run_id)
     try:
-        tree = worktrees.tree_for(run.pytorch_sha)
-        environment = environment_for(run, tree)
-        ids = collect(run, tree, environment)
+        pytest = pytest_for(run, worktrees.tree_for(run.pytorch_sha))
+        ids = collect(pytest)
     except (PlanningError, worktrees.TestTreeError) as error:
         end(run, Run.Status.ERROR, str(error))
         return []
     shards = plan(run, ids)
-    events.run_planned.send(Run, run=run, pytest=pytest_for(run, tree, environment))
+    events.run_planned.send(Run, run=run, pytest=pytest)
     if not shards:
         end(run, Run.Status.FAILED, "the config selected no test")
         return []
