@@ -23,6 +23,9 @@ from runs.models import Backend, Dispatch
 from runs.serializers import DispatchSerializer, flatten_errors
 
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+# GitHub's payloads nest about ten levels; far deeper ones are hostile (and past
+# about a thousand, Python's JSON parser gives up with a RecursionError).
+MAX_DEPTH = 100
 # In valid UTF-8 JSON text a NUL or a surrogate can only be written as a \u escape
 # (json.loads refuses raw control characters, UTF-8 decoding refuses surrogates).
 _ESCAPED_UNSTORABLE = re.compile(r"\\u(?:0000|[dD][89a-fA-F][0-9a-fA-F]{2})")
@@ -64,13 +67,37 @@ def parse_json(raw: bytes) -> dict[str, Any]:
         body = json.loads(text)
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise IntakeError(400, [f"the body is not valid JSON: {error}"]) from None
+    except RecursionError:
+        raise IntakeError(400, [f"the body nests deeper than {MAX_DEPTH} levels"]) from None
     if not isinstance(body, dict):
         raise IntakeError(400, [f"the body must be a JSON object, not {type(body).__name__}"])
+    problems = [
+        f"{key}: nests deeper than {MAX_DEPTH} levels"
+        for key, value in body.items()
+        if _depth(value) > MAX_DEPTH
+    ]
+    if problems:
+        raise IntakeError(400, problems)
     # The walk names each bad field; the text search spares it for nearly every body.
     problems = list(_unstorable(body, "")) if _ESCAPED_UNSTORABLE.search(text) else []
     if problems:
         raise IntakeError(400, problems)
     return body
+
+
+def _depth(value: Any) -> int:
+    """How deep arrays and objects nest in a parsed JSON value, level by level (no
+    recursion: the value may be deeper than Python's stack)."""
+    level, frontier = 0, [value] if isinstance(value, dict | list) else []
+    while frontier:
+        level += 1
+        frontier = [
+            child
+            for item in frontier
+            for child in (item.values() if isinstance(item, dict) else item)
+            if isinstance(child, dict | list)
+        ]
+    return level
 
 
 def _unstorable(value: Any, path: str) -> Iterator[str]:

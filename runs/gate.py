@@ -16,6 +16,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from runs import triggers
+from runs.combinations import CombinationError
 from runs.models import Backend, Dispatch, Trigger
 from runs.upstream import Resolver, get_resolver
 
@@ -139,16 +140,20 @@ def _accept(
 ) -> None:
     sha = decision.build_sha or resolver.branch_head(decision.build_ref)
     reason = f"{decision.reason} ({sha[:12]})" if decision.build_ref else decision.reason
-    with transaction.atomic():
-        # The verdict and the trigger commit together, so a dispatch is built once.
-        if dispatch.decide(V.ACCEPTED, reason, expected=expected):
-            triggers.start(
-                dispatch.backend,
-                Trigger.Kind.DISPATCH,
-                sha,
-                ref=decision.build_ref or dispatch.base_ref,
-                dispatch=dispatch,
-            )
+    try:
+        with transaction.atomic():
+            # The verdict and the trigger commit together, so a dispatch is built once.
+            if dispatch.decide(V.ACCEPTED, reason, expected=expected):
+                triggers.start(
+                    dispatch.backend,
+                    Trigger.Kind.DISPATCH,
+                    sha,
+                    ref=decision.build_ref or dispatch.base_ref,
+                    dispatch=dispatch,
+                )
+    except CombinationError as error:
+        # Nothing to build with yet (no config version): keep the event, say why.
+        dispatch.decide(V.RECORDED, f"{reason}; not built: {error}", expected=expected)
 
 
 def _schedule_recheck(dispatch: Dispatch, decision: Decision) -> None:

@@ -52,7 +52,8 @@ class _RepositorySerializer(serializers.Serializer):
 
 
 class _PullRequestSerializer(serializers.Serializer):
-    number = serializers.IntegerField(min_value=1)
+    # The column is PostgreSQL's integer: a larger number would overflow it.
+    number = serializers.IntegerField(min_value=1, max_value=2**31 - 1)
     head = _RefSerializer()
     base = _RefSerializer()
     labels = _LabelSerializer(many=True)

@@ -30,6 +30,8 @@ json_values = st.recursive(
     st.none()
     | st.booleans()
     | st.integers()
+    # Around the database's integer range, where a PR number would overflow it.
+    | st.integers(min_value=2**31 - 3, max_value=2**66)
     | st.floats(allow_nan=False, allow_infinity=False)
     | st.text(max_size=30)
     # What PostgreSQL's jsonb refuses, and markup.
@@ -65,8 +67,15 @@ def mutated_dispatches(draw: st.DrawFn) -> dict[str, Any]:
     return body
 
 
+def nested(depth: int) -> bytes:
+    """A dispatch whose payload nests `depth` arrays deep."""
+    opened, closed = "[" * depth, "]" * depth
+    return f'{{"event_type": "push", "delivery_id": "x", "payload": {opened}{closed}}}'.encode()
+
+
 bodies = (
     mutated_dispatches().map(lambda body: json.dumps(body).encode())
+    | st.integers(min_value=1, max_value=20_000).map(nested)
     | json_values.map(lambda value: json.dumps(value).encode())
     | mutated_dispatches().map(lambda body: json.dumps(body).encode("utf-16"))
     | st.binary(max_size=200)
@@ -95,7 +104,7 @@ def test_a_fuzzed_dispatch_is_accepted_or_refused_naming_the_field(
         assert problems and all(isinstance(p, str) and p for p in problems)
         try:
             parsed = json.loads(raw.decode())  # JSON travels as UTF-8 (RFC 8259)
-        except ValueError:
+        except (ValueError, RecursionError):
             parsed = None
         if isinstance(parsed, dict):  # then each problem starts with the field's path
             named = (*FIELDS, *parsed)

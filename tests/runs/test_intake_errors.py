@@ -61,7 +61,13 @@ MALFORMED = [
     (with_value("payload.pull_request.labels", "Merged"), "payload.pull_request.labels"),
     (with_value("payload.pull_request.title", "a\x00b"), "pull_request.title: contains a NUL"),
     (with_value("payload.pull_request.title", "half \ud83d"), "pull_request.title: contains"),
-]
+    # Past PostgreSQL's integer column.
+    (with_value("payload.pull_request.number", 2**64), "payload.pull_request.number: Ensure"),
+    # Deeper than Python's JSON parser goes, and merely deeper than any GitHub payload.
+    (b'{"payload": ' + b"[" * 5000 + b"]" * 5000 + b"}", "nests deeper than 100 levels"),
+    (with_value("payload.pull_request.title", json.loads("[" * 150 + "]" * 150)),
+     "payload: nests deeper than 100 levels"),
+]  # fmt: skip
 
 
 @pytest.mark.parametrize(("body", "problem"), MALFORMED)

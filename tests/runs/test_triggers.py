@@ -7,7 +7,7 @@ from django.urls import reverse
 from runs import artifacts, gate, triggers
 from runs.models import Artifact, Dispatch, Run, Trigger
 from tests.dispatches import pr_dispatch
-from tests.factories import make_config, make_user
+from tests.factories import make_backend, make_config, make_user
 
 pytestmark = pytest.mark.django_db
 
@@ -134,3 +134,22 @@ def test_the_dispatch_page_shows_the_verdict_reason_and_the_raw_payload(client, 
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page and "<script>alert(1)" not in page
     listing = client.get(reverse("runs:dispatch_list")).content.decode()
     assert "recorded, not built" in listing
+
+
+def test_a_merged_pr_for_a_backend_without_a_config_is_recorded_saying_so(
+    client, machine_token, upstream
+):
+    make_backend("bare")
+    response = client.post(
+        "/api/dispatches/?backend=bare",
+        data=pr_dispatch(),
+        content_type="application/json",
+        HTTP_AUTHORIZATION=f"Token {machine_token}",
+    )
+    assert response.status_code == 202
+
+    dispatch = gate.gate(Dispatch.objects.get().pk)
+
+    assert dispatch.verdict == Dispatch.Verdict.RECORDED
+    assert "not built: backend 'bare' has no config version yet" in dispatch.verdict_reason
+    assert not Trigger.objects.exists() and not Run.objects.exists()
