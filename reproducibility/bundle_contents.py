@@ -14,6 +14,7 @@ README.md                 how to use all of the above
 
 import hashlib
 import json
+import os
 import shutil
 from collections import Counter
 from pathlib import Path
@@ -40,7 +41,7 @@ def assemble(bundle: Bundle, folder: Path) -> list[str]:
     write_json(folder / "metadata.json", meta)
     (folder / "config.yaml").write_text(meta["config"]["text"])
     write_json(folder / "plan.json", {"plan": meta["plan"], "shards": meta["shards"]})
-    copy_results(planning.workdir_for(run), folder / "results")
+    warnings += copy_results(planning.workdir_for(run), folder / "results")
     (folder / "requirements.txt").write_text(requirements(meta))
     write_json(folder / "attestation.intoto.json", attestation.statement(meta))
     shutil.copyfile(SCRIPT, folder / "reproduce")
@@ -53,13 +54,27 @@ def write_json(path: Path, data: Any) -> None:
     path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
-def copy_results(workdir: Path, target: Path) -> None:
-    """Each pytest process's files, as the executor left them per shard and claim."""
+def copy_results(workdir: Path, target: Path) -> list[str]:
+    """Each pytest process's files, as crash pinning left them per shard and claim.
+
+    Test code can write into these folders (its TMPDIR is beside them), so a
+    symbolic link is never followed: it is left out and named in a warning,
+    and nothing outside the run's own folder is read."""
+    warnings = []
     for source in sorted(workdir.glob("shard-*/attempt-*/*")):
-        if source.is_file() and source.name.endswith(RESULT_SUFFIXES):
-            destination = target / source.relative_to(workdir)
+        relative = source.relative_to(workdir)
+        link = next(
+            (p for p in (source, source.parent, source.parent.parent) if p.is_symlink()), None
+        )
+        if link is not None:
+            shown = link.relative_to(workdir).as_posix()
+            warning = f"results/{shown}: a symbolic link to {os.readlink(link)}, not followed"
+            warnings += [] if warning in warnings else [warning]
+        elif source.is_file() and source.name.endswith(RESULT_SUFFIXES):
+            destination = target / relative
             destination.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(source, destination)
+            shutil.copyfile(source, destination, follow_symlinks=False)
+    return warnings
 
 
 def copy_tree(meta: dict[str, Any], folder: Path) -> list[str]:
@@ -68,14 +83,26 @@ def copy_tree(meta: dict[str, Any], folder: Path) -> list[str]:
     if tree.get("kind") != "bundled":
         return []
     source = Path(tree["path"])
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache")
+    skipped: list[str] = []
+    patterns = shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache")
+
+    def ignore(folder_name: str, names: list[str]) -> set[str]:
+        # Links are left out and named, never followed (tests run with the tree as cwd).
+        links = {name for name in names if os.path.islink(os.path.join(folder_name, name))}
+        skipped.extend(
+            f"tree/{Path(folder_name, name).relative_to(source).as_posix()}: a symbolic link, "
+            "not followed"
+            for name in sorted(links)
+        )
+        return set(patterns(folder_name, names)) | links
+
     shutil.copytree(source, folder / "tree", ignore=ignore)
     now = tree_fingerprint(folder / "tree")
     tree["bundled"] = "tree/"
     if now != tree.get("fingerprint"):
-        return [f"the bundled test tree changed since the run (now {now[:12]}, "
+        return skipped + [f"the bundled test tree changed since the run (now {now[:12]}, "
                 f"the run used {str(tree.get('fingerprint'))[:12]}): outcomes may differ"]  # fmt: skip
-    return []
+    return skipped
 
 
 def copy_artifacts(meta: dict[str, Any], folder: Path, include: bool) -> list[str]:

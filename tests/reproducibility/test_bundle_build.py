@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from reproducibility import bundles
 from reproducibility.models import Bundle
+from runs import planning
 from tests.factories import make_backend, make_config
 from tests.reproducibility.builders import MISMATCH, PASSING, add_result, make_artifact, make_run
 
@@ -205,3 +206,34 @@ def test_a_tree_outside_crcr_is_referenced_and_the_script_asks_for_it(settings, 
         cwd=top, capture_output=True, text=True,
     )  # fmt: skip
     assert other.returncode == 2 and "is not the test tree the run used" in other.stderr
+
+
+def test_a_symbolic_link_planted_among_the_results_is_named_and_never_followed(settings, tmp_path):
+    settings.MEDIA_ROOT = str(tmp_path / "storage")
+    secret = tmp_path / "secret.txt"
+    secret.write_text("the worker's private key")
+    backend = make_backend("acme")
+    run = make_run(backend, make_config(backend), status="passed")
+    add_result(run, PASSING, ["passed"])
+    workdir = planning.workdir_for(run)
+    attempt = workdir / "shard-0" / "attempt-1"
+    attempt.mkdir(parents=True)
+    (attempt / "p001.junit.xml").write_text("<testsuites/>")
+    # What test code could plant: a log that is a link, and a whole attempt folder.
+    (attempt / "p002.log").symlink_to(secret)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "p001.log").write_text("the worker's private key")
+    (workdir / "shard-0" / "attempt-2").symlink_to(elsewhere, target_is_directory=True)
+
+    bundle = bundles.build(Bundle.objects.create(run=run).pk)
+
+    assert bundle.status == Bundle.Status.READY, bundle.error
+    top = unpack(bundle, tmp_path / "fresh")
+    files = [path for path in top.rglob("*") if path.is_file()]
+    assert not any("private key" in path.read_text(errors="replace") for path in files)
+    assert (top / "results/shard-0/attempt-1/p001.junit.xml").is_file()
+    warnings = " ".join(bundle.manifest["warnings"])
+    assert f"results/shard-0/attempt-1/p002.log: a symbolic link to {secret}" in warnings
+    assert "results/shard-0/attempt-2: a symbolic link" in warnings
+    assert bundles.verify_archive(Path(bundle.file.path), bundle.sha256) == []
