@@ -24,6 +24,8 @@ class ReportError(Exception):
 
 @dataclass
 class TestRecord:
+    __test__ = False  # not a pytest test class
+
     node_id: str
     outcome: str
     duration: float = 0.0

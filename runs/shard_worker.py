@@ -48,14 +48,20 @@ def stale_before() -> datetime:
     return timezone.now() - timedelta(seconds=3 * settings.CRCR_HEARTBEAT_SECONDS)
 
 
+def claims_allowed() -> int:
+    """How often a shard may be claimed: its first run and its retries."""
+    return settings.CRCR_SHARD_RETRIES + 1
+
+
 def claim(shard_id: int, worker: str) -> Shard | None:
     # Concurrency guard: only one worker moves a shard to running; a running
-    # shard is taken over only when its heartbeat went silent (worker died).
+    # shard is taken over only when its heartbeat went silent (worker died),
+    # and never once its claims ran out (the sweep fails it instead).
     now = timezone.now()
     claimable = Q(status=Shard.Status.PENDING) | Q(
         status=Shard.Status.RUNNING, heartbeat_at__lt=stale_before()
     )
-    won = Shard.objects.filter(claimable, pk=shard_id).update(
+    won = Shard.objects.filter(claimable, pk=shard_id, attempts__lt=claims_allowed()).update(
         status=Shard.Status.RUNNING,
         attempts=F("attempts") + 1,
         worker=worker,
@@ -217,11 +223,28 @@ def remember_durations(device: str, records: list[TestRecord]) -> None:
     TestDuration.objects.bulk_update(changed, ["seconds", "spread", "samples", "updated_at"])
 
 
+def give_up_exhausted() -> list[int]:
+    """Fail the shards whose every allowed claim ended without results (the worker
+    died, or the task failed, each time), with the last error, instead of running
+    them again."""
+    exhausted = Shard.objects.filter(
+        Q(status=Shard.Status.PENDING)
+        | Q(status=Shard.Status.RUNNING, heartbeat_at__lt=stale_before()),
+        attempts__gte=claims_allowed(),
+    ).values_list("pk", "attempts", "error")
+    for shard_id, attempts, error in exhausted:
+        why = error or "its worker stopped each time"
+        fail(shard_id, f"gave up after {attempts} attempts: {why}")
+    return [shard_id for shard_id, _, _ in exhausted]
+
+
 def orphaned_shards() -> list[int]:
     """Running shards whose worker stopped beating: it died mid-shard."""
     return list(
         Shard.objects.filter(
-            status=Shard.Status.RUNNING, heartbeat_at__lt=stale_before()
+            status=Shard.Status.RUNNING,
+            heartbeat_at__lt=stale_before(),
+            attempts__lt=claims_allowed(),
         ).values_list("pk", flat=True)
     )
 
@@ -238,5 +261,6 @@ def unqueued_shards() -> list[int]:
             never_ran | retry_overdue,
             status=Shard.Status.PENDING,
             run__status=Run.Status.RUNNING,
+            attempts__lt=claims_allowed(),
         ).values_list("pk", flat=True)
     )

@@ -64,12 +64,19 @@ def execute_shard(self, shard_id: int) -> None:
             return
         countdown = min(30 * 2**self.request.retries, shard_worker.RETRY_BACKOFF_MAX)
         raise self.retry(countdown=countdown) from error
+    except Exception as error:
+        # Not the infrastructure's doing (a bug, a value the database refuses): keep
+        # the reason on the shard; the sweep runs it again until its claims run out,
+        # then fails it with this reason.
+        shard_worker.release(shard_id, f"{type(error).__name__}: {error}")
+        raise
 
 
 @shared_task(time_limit=60)
 def requeue_orphaned_shards() -> list[int]:
     """Beat, and each worker start: shards whose worker died, or whose message the
     broker lost, go back to the queue."""
+    shard_worker.give_up_exhausted()
     orphans = shard_worker.orphaned_shards()
     if _waiting(execute_shard) == 0:
         # Pending shards but nothing queued: the broker lost their messages. A shard

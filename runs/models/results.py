@@ -100,10 +100,11 @@ class TestResult(models.Model):
         Run, on_delete=models.CASCADE, related_name="results", db_index=False, db_constraint=False
     )
     attempt = models.PositiveIntegerField(default=1)
-    node_id = models.CharField(max_length=500)
+    # PyTorch's parametrized ids run well past 500 characters: no length limit.
+    node_id = models.TextField()
     file_path = models.CharField(max_length=300)
     class_name = models.CharField(max_length=200, blank=True)
-    test_name = models.CharField(max_length=300, help_text="generic test (source method) name")
+    test_name = models.TextField(help_text="generic test (source method) name")
     op = models.CharField(max_length=100, blank=True)
     dtype = models.CharField(max_length=40, blank=True)
     module = models.CharField(max_length=200, blank=True)
@@ -172,7 +173,7 @@ class TestDuration(models.Model):
 
     __test__ = False
 
-    test_id = models.CharField(max_length=500)
+    test_id = models.TextField()
     device = models.CharField(max_length=100)
     seconds = models.FloatField(help_text="decayed mean")
     spread = models.FloatField(default=0, help_text="decayed mean absolute deviation")
