@@ -18,6 +18,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.db.models import Q
 
 from runs.models import Backend, Dispatch
 from runs.serializers import DispatchSerializer, flatten_errors
@@ -136,6 +137,8 @@ def receive(backend: Backend, body: dict[str, Any], raw: bytes, source: str) -> 
     # of several concurrent deliveries stores the row. Outside a transaction the
     # INSERT commits on its own (no BEGIN/COMMIT round trips on the hot path);
     # inside one, a savepoint keeps the outer transaction usable after losing.
+    # A replayed webhook (the same signed bytes, a new delivery id) is the same event.
+    body_sha256 = hashlib.sha256(raw).hexdigest() if source == Dispatch.Source.WEBHOOK else ""
     in_transaction = transaction.get_connection().in_atomic_block
     try:
         with transaction.atomic() if in_transaction else nullcontext():
@@ -145,11 +148,17 @@ def receive(backend: Backend, body: dict[str, Any], raw: bytes, source: str) -> 
                 source=source,
                 event_type=data["event_type"],
                 raw_body=raw.decode(),
+                body_sha256=body_sha256,
                 payload=data["payload"],
                 **fields,
             )
     except IntegrityError:
-        existing = Dispatch.objects.get(backend=backend, delivery_id=data["delivery_id"])
+        same = Q(delivery_id=data["delivery_id"])
+        if body_sha256:
+            same |= Q(source=Dispatch.Source.WEBHOOK, body_sha256=body_sha256)
+        existing = Dispatch.objects.filter(same, backend=backend).order_by("pk").first()
+        if existing is None:
+            raise
         return Received(existing, created=False)
     from runs.tasks import gate_dispatch
 

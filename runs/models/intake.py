@@ -30,6 +30,9 @@ class Dispatch(models.Model):
     source = models.CharField(max_length=10, choices=Source.choices, default=Source.CRCR)
     event_type = models.CharField(max_length=40)
     raw_body = models.TextField()
+    # A webhook's signature covers its body, not X-GitHub-Delivery: the body's hash
+    # tells a replay with a new delivery id from a new event.
+    body_sha256 = models.CharField(max_length=64, blank=True, default="")
     payload = models.JSONField()
     action = models.CharField(max_length=40, blank=True)
     pr_number = models.PositiveIntegerField(null=True, blank=True)
@@ -45,7 +48,13 @@ class Dispatch(models.Model):
             # Idempotent intake: a redelivery finds the first record.
             models.UniqueConstraint(
                 fields=["backend", "delivery_id"], name="dispatch_unique_delivery"
-            )
+            ),
+            # A signed webhook body is accepted once per backend, whatever its delivery id.
+            models.UniqueConstraint(
+                fields=["backend", "body_sha256"],
+                condition=models.Q(source="webhook") & ~models.Q(body_sha256=""),
+                name="dispatch_unique_webhook_body",
+            ),
         ]
         # The dispatch list, newest first.
         indexes = [models.Index(fields=["-received_at"], name="dispatch_recent")]

@@ -152,6 +152,22 @@ def test_a_signed_webhook_is_stored_like_a_dispatch(client, secret, upstream):
     assert Dispatch.objects.count() == 1
 
 
+def test_a_signed_webhook_replayed_with_a_new_delivery_id_starts_nothing(
+    client, secret, upstream
+):
+    raw = json.dumps(pr_dispatch()["payload"]).encode()
+    first = webhook(client, raw, sign(secret, raw), delivery="d-original")
+    # The signature covers the body only: an attacker can resend it under any delivery id.
+    replay = webhook(client, raw, sign(secret, raw), delivery="d-replayed")
+
+    assert first.status_code == 202
+    assert replay.status_code == 200
+    assert replay.json()["url"] == first.json()["url"]
+    assert list(Dispatch.objects.values_list("delivery_id", flat=True)) == ["d-original"]
+    other = json.dumps(pr_dispatch(number=4243)["payload"]).encode()
+    assert webhook(client, other, sign(secret, other), delivery="d-other").status_code == 202
+
+
 def test_a_github_ping_is_answered_and_not_stored(client, secret):
     raw = b'{"zen": "Design for failure."}'
     response = webhook(client, raw, sign(secret, raw), event="ping")
