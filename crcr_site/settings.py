@@ -148,6 +148,8 @@ SPECTACULAR_SETTINGS = {
     "TITLE": "crcr API",
     "DESCRIPTION": "Machine API of crcr: dispatch intake, worker results, relay status, bundles.",
     "VERSION": "1",
+    # The schema maps every endpoint: for token holders only, like the API itself.
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
 }
 
 # Celery: without a broker, tasks run eagerly in-process (the embedded default).

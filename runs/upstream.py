@@ -5,6 +5,7 @@ head of a branch, whether a PR has landed, the source commit of a nightly, and
 the commits between two SHAs (for bisecting).
 """
 
+import http.client
 import json
 import re
 import subprocess
@@ -128,8 +129,13 @@ class GitHubResolver:
                 return json.load(response)
         except urllib.error.HTTPError as error:
             raise self._http_error(path, error) from None
-        except (urllib.error.URLError, TimeoutError) as error:
-            raise UpstreamError(f"GitHub {path}: {error}") from None
+        except (OSError, http.client.HTTPException) as error:
+            # Refused, reset, timed out or cut short: the gate retries with backoff.
+            raise UpstreamError(f"GitHub {path}: {error!r}") from None
+        except ValueError as error:
+            raise UpstreamError(
+                f"GitHub {path} answered something that is not JSON: {error}"
+            ) from None
 
     def _http_error(self, path: str, error: urllib.error.HTTPError) -> UpstreamError:
         remaining = error.headers.get("X-RateLimit-Remaining")
@@ -139,17 +145,28 @@ class GitHubResolver:
             return RateLimitedError(f"GitHub rate limit reached on {path}", retry_after)
         return UpstreamError(f"GitHub {path} answered {error.code}: {error.reason}")
 
+    def _field(self, path: str, *keys: str) -> Any:
+        """A field of GitHub's answer; an answer without it is GitHub's error, not ours."""
+        value = self._get(path)
+        for key in keys:
+            if not isinstance(value, dict) or key not in value:
+                raise UpstreamError(f"GitHub {path} answered without {'.'.join(keys)}")
+            value = value[key]
+        return value
+
     def branch_head(self, branch: str) -> str:
         validate_branch(branch)
-        return str(self._get(f"/branches/{branch}")["commit"]["sha"])
+        return str(self._field(f"/branches/{branch}", "commit", "sha"))
 
     def pr_landed(self, number: int, base: str) -> bool:
         pull = self._get(f"/pulls/{number}")
+        if not isinstance(pull, dict):
+            raise UpstreamError(f"GitHub /pulls/{number} answered without a pull request")
         labels = {label["name"] for label in pull.get("labels", [])}
         return "Merged" in labels or bool(pull.get("merged"))
 
     def commit_message(self, sha: str) -> str:
-        return str(self._get(f"/commits/{sha}")["commit"]["message"])
+        return str(self._field(f"/commits/{sha}", "commit", "message"))
 
     def commits_between(self, good: str, bad: str) -> list[str]:
         compare = self._get(f"/compare/{good}...{bad}")

@@ -117,3 +117,9 @@ def test_the_openapi_schema_describes_the_api(client):
     response = client.get("/api/schema/", HTTP_AUTHORIZATION=f"Token {token}")
     assert response.status_code == 200
     assert b"/api/runs/" in response.content
+
+
+def test_the_openapi_schema_is_not_shown_to_strangers(client):
+    response = client.get("/api/schema/")
+    assert response.status_code == 401
+    assert b"/api/runs/" not in response.content

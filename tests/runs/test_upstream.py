@@ -83,6 +83,14 @@ class FakeGitHub(BaseHTTPRequestHandler):
             },
             "/repos/pytorch/pytorch/pulls/5": {"labels": [{"name": "Merged"}], "merged": False},
         }
+        if self.path.endswith("/pulls/13"):
+            self.connection.close()  # no answer at all: the connection is cut
+            return
+        if self.path.endswith(f"/commits/{'b' * 40}"):
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"<html>unicorn</html>")
+            return
         body = routes.get(self.path)
         self.send_response(200 if body else 404)
         self.end_headers()
@@ -109,6 +117,15 @@ def test_the_github_resolver_answers_and_respects_the_rate_limit(github):
     with pytest.raises(RateLimitedError) as caught:
         resolver.branch_head("main")
     assert caught.value.retry_after == 42
+
+
+def test_a_cut_connection_or_an_answer_that_is_not_json_is_an_upstream_error(github):
+    # The gate retries an UpstreamError with backoff; anything else would fail it for good.
+    resolver = GitHubResolver(api_url=github)
+    with pytest.raises(UpstreamError, match="/pulls/13: Remote"):
+        resolver.pr_landed(13, "main")
+    with pytest.raises(UpstreamError, match="not JSON"):
+        resolver.commit_message("b" * 40)
 
 
 def test_the_github_resolver_reports_an_unknown_branch(github):
