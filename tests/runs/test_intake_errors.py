@@ -152,9 +152,7 @@ def test_a_signed_webhook_is_stored_like_a_dispatch(client, secret, upstream):
     assert Dispatch.objects.count() == 1
 
 
-def test_a_signed_webhook_replayed_with_a_new_delivery_id_starts_nothing(
-    client, secret, upstream
-):
+def test_a_signed_webhook_replayed_with_a_new_delivery_id_starts_nothing(client, secret, upstream):
     raw = json.dumps(pr_dispatch()["payload"]).encode()
     first = webhook(client, raw, sign(secret, raw), delivery="d-original")
     # The signature covers the body only: an attacker can resend it under any delivery id.
