@@ -168,6 +168,7 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": crontab(hour=CRCR_NIGHTLY_HOUR, minute=0),
     },
     "requeue-orphaned-shards": {"task": "runs.tasks.requeue_orphaned_shards", "schedule": 60.0},
+    "resend-lost-work": {"task": "runs.tasks.resend_lost_work", "schedule": 60.0},
     "deliver-due-callbacks": {"task": "runs.tasks.deliver_due_callbacks", "schedule": 30.0},
     "prune-bundles": {
         "task": "reproducibility.tasks.prune_bundles",
@@ -202,6 +203,9 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": CRCR_SHARD_TIMEOUT + 36
 # orphaned (its worker died) and is given to another worker.
 CRCR_HEARTBEAT_SECONDS = env_int("CRCR_HEARTBEAT_SECONDS", 10, minimum=1)
 CRCR_SHARD_RETRIES = env_int("CRCR_SHARD_RETRIES", 3, minimum=0)
+# A dispatch still ungated (or a run still unplanned) this long after it was stored
+# lost its message: beat's `resend_lost_work` sends it again.
+CRCR_LOST_WORK_SECONDS = env_int("CRCR_LOST_WORK_SECONDS", 120, minimum=1)
 # PyTorch's disabled tests (disabled-tests-condensed.json format); unset: none.
 CRCR_DISABLED_TESTS_FILE = env_str("CRCR_DISABLED_TESTS_FILE")
 CRCR_DISPATCH_MAX_BYTES = env_int("CRCR_DISPATCH_MAX_BYTES", 256 * 1024, minimum=1024)

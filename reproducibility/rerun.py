@@ -13,12 +13,12 @@ import json
 import tarfile
 import tempfile
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 from typing import Any
 
 from django.db import transaction
 
+from crcr_site.lib import enqueue
 from reproducibility import bundles
 from reproducibility.models import Bundle, Rerun
 from runs.models import Artifact, Failure, Run, TestResult, Trigger
@@ -106,7 +106,7 @@ def start(bundle: Bundle, user: Any = None) -> Rerun:
         )
         run.artifacts.set(artifacts)
         rerun = Rerun.objects.create(original=original, run=run, bundle=bundle, requested_by=user)
-        transaction.on_commit(partial(plan_run.delay, run.pk))
+        enqueue.after_commit(plan_run, run.pk)
     return rerun
 
 

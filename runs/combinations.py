@@ -6,12 +6,12 @@ version listed on the profile adds one run against the same SHA.
 """
 
 import hashlib
-from functools import partial
 from pathlib import Path
 
 from django.conf import settings
 from django.db import transaction
 
+from crcr_site.lib import enqueue
 from runs import artifacts
 from runs.models import Backend, Run, Trigger
 
@@ -84,5 +84,5 @@ def create_runs(trigger: Trigger) -> list[Run]:
     from runs.tasks import plan_run
 
     for run in runs:
-        transaction.on_commit(partial(plan_run.delay, run.pk))
+        enqueue.after_commit(plan_run, run.pk)
     return runs

@@ -20,6 +20,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 
+from crcr_site.lib import enqueue
 from runs.models import Backend, Dispatch
 from runs.serializers import DispatchSerializer, flatten_errors
 
@@ -162,7 +163,8 @@ def receive(backend: Backend, body: dict[str, Any], raw: bytes, source: str) -> 
         return Received(existing, created=False)
     from runs.tasks import gate_dispatch
 
-    transaction.on_commit(lambda: gate_dispatch.delay(dispatch.pk))
+    # The stored row is the record: with the broker down, the sweep gates it later.
+    enqueue.after_commit(gate_dispatch, dispatch.pk)
     return Received(dispatch, created=True)
 
 

@@ -9,7 +9,7 @@ The SHA built for a merged PR is the current head of its base branch.
 """
 
 from dataclasses import dataclass, fields
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
@@ -167,6 +167,15 @@ def _schedule_recheck(dispatch: Dispatch, decision: Decision) -> None:
             transaction.on_commit(
                 lambda: recheck_dispatch.apply_async((dispatch.pk,), countdown=delay)
             )
+
+
+def lost(before: datetime) -> tuple[list[int], list[int]]:
+    """Dispatches whose gate message never arrived: still pending, or still waiting
+    for a re-check that was due, since `before` (ids to gate, ids to re-check)."""
+    stored = Dispatch.objects.filter(received_at__lt=before)
+    ungated = stored.filter(verdict=V.PENDING).values_list("pk", flat=True)
+    overdue = stored.filter(verdict=V.RECHECK, recheck_at__lt=before).values_list("pk", flat=True)
+    return list(ungated), list(overdue)
 
 
 def describe(policy: Policy) -> dict[str, Any]:

@@ -10,6 +10,7 @@ Steps:
 """
 
 from dataclasses import replace
+from datetime import datetime
 from functools import partial
 from pathlib import Path
 
@@ -91,6 +92,12 @@ def start(run_id: int) -> list[Shard]:
     for shard in shards:
         transaction.on_commit(partial(execute_shard.delay, shard.pk))
     return shards
+
+
+def unplanned(before: datetime) -> list[int]:
+    """Runs still queued since `before`: their planning message never arrived."""
+    queued = Run.objects.filter(status=Run.Status.QUEUED, created_at__lt=before)
+    return list(queued.values_list("pk", flat=True))
 
 
 @transaction.atomic

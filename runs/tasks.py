@@ -1,11 +1,13 @@
 """Celery tasks of the runs app: thin adapters over the named modules."""
 
 from collections.abc import Callable
+from datetime import timedelta
 
 from celery import Task, shared_task
 from celery.signals import worker_ready
 from django.conf import settings
 from django.db import OperationalError
+from django.utils import timezone
 from kombu.exceptions import ChannelError
 
 from runs import gate, planning, shard_worker, triggers
@@ -85,6 +87,23 @@ def requeue_orphaned_shards() -> list[int]:
     for shard_id in orphans:
         execute_shard.delay(shard_id)
     return orphans
+
+
+@shared_task(time_limit=60)
+def resend_lost_work() -> dict[str, list[int]]:
+    """Beat: dispatches left ungated and runs left unplanned for a while, whose message
+    the broker never took or lost, are sent again (each task ignores work already done)."""
+    before = timezone.now() - timedelta(seconds=settings.CRCR_LOST_WORK_SECONDS)
+    sent: dict[str, list[int]] = {"gate": [], "recheck": [], "plan": []}
+    # Only when nothing waits in the queue: a busy queue still holds the messages.
+    if _waiting(gate_dispatch) == 0:
+        sent["gate"], sent["recheck"] = gate.lost(before)
+    if _waiting(plan_run) == 0:
+        sent["plan"] = planning.unplanned(before)
+    for task, name in ((gate_dispatch, "gate"), (recheck_dispatch, "recheck"), (plan_run, "plan")):
+        for pk in sent[name]:
+            task.delay(pk)
+    return sent
 
 
 def _waiting(task: Task) -> int | None:

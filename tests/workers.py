@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -20,6 +21,7 @@ from typing import Any
 import pytest
 from django.conf import settings
 
+from crcr_site.celery import app
 from tests.waiting import wait_for
 
 # A small config on the bundled tree: 15 tests of one file.
@@ -168,3 +170,20 @@ def finished(run: Any, timeout: float = 300) -> Any:
         timeout=timeout,
         what="the run to finish",
     )
+
+
+class Beat:
+    """Send a periodic task by name to its queue, as `celery beat` does on schedule."""
+
+    def __init__(self, broker: str, task: str, every: float) -> None:
+        self.broker, self.task, self.every, self.last = broker, task, every, -every
+
+    def tick(self) -> bool:
+        if time.monotonic() - self.last >= self.every:
+            # The project's app on an explicit connection to the private server. (A
+            # second Celery app would become the current one, and every task the
+            # suite sends later would lose its routes.)
+            with app.connection_for_write(self.broker) as connection:
+                app.send_task(self.task, queue="default", connection=connection)
+            self.last = time.monotonic()
+        return True

@@ -1,16 +1,14 @@
 """Redis restarted mid-run: the queued shard's message dies with it, beat's sweep
 requeues it, and every test's result is stored exactly once."""
 
-import time
-
 import pytest
 
-from crcr_site.celery import app
 from runs.models import Run
 from tests.factories import make_backend, make_config
 from tests.waiting import wait_for
 from tests.workers import (
     SMALL,
+    Beat,
     PrivateRedis,
     environment,
     finished,
@@ -27,23 +25,6 @@ def redis(tmp_path):
     # Never the shared server on 6379: other tests (and people) use it.
     with PrivateRedis(tmp_path) as server:
         yield server
-
-
-class Beat:
-    """Send a periodic task by name to its queue, as `celery beat` does on schedule."""
-
-    def __init__(self, broker: str, task: str, every: float) -> None:
-        self.broker, self.task, self.every, self.last = broker, task, every, -every
-
-    def tick(self) -> bool:
-        if time.monotonic() - self.last >= self.every:
-            # The project's app on an explicit connection to the private server. (A
-            # second Celery app would become the current one, and every task the
-            # suite sends later would lose its routes.)
-            with app.connection_for_write(self.broker) as connection:
-                app.send_task(self.task, queue="default", connection=connection)
-            self.last = time.monotonic()
-        return True
 
 
 def test_a_redis_restart_mid_shard_loses_no_shard_and_counts_each_result_once(
