@@ -35,7 +35,9 @@ backend, _ = Backend.objects.get_or_create(slug="bench", defaults=dict(
 text = "test_suite_config:\\n  files: []\\n"
 ConfigVersion.objects.get_or_create(backend=backend, number=1, defaults=dict(
     yaml_text=text, sha256=ConfigVersion.hash_text(text)))
+from django.contrib.auth.models import Group
 user, _ = get_user_model().objects.get_or_create(username="bench-machine")
+user.groups.add(Group.objects.get_or_create(name="machine")[0])
 print(Token.objects.get_or_create(user=user)[0].key)
 """
 

@@ -11,13 +11,12 @@ from django.shortcuts import get_object_or_404
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
 from rest_framework import status
-from rest_framework.authentication import TokenAuthentication
 from rest_framework.permissions import BasePermission, IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from crcr_site.lib.access import IsReviewer
+from crcr_site.lib.access import IsReviewer, RoleTokenAuthentication
 from reproducibility import access, attestation, bisect, bundles, rerun
 from reproducibility import metadata as run_metadata
 from reproducibility.models import Bisection, Rerun
@@ -31,7 +30,7 @@ from reproducibility.views import serve
 
 
 class TokenAPIView(APIView):
-    authentication_classes = [TokenAuthentication]
+    authentication_classes = [RoleTokenAuthentication]
     permission_classes = [IsAuthenticated]
 
     def get_permissions(self) -> list[BasePermission]:

@@ -4,19 +4,19 @@ from typing import Any
 
 from django.shortcuts import get_object_or_404
 from rest_framework import generics, status
-from rest_framework.authentication import TokenAuthentication
 from rest_framework.permissions import AllowAny, IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from crcr_site.lib.access import IsMachine, RoleTokenAuthentication
 from runs import dispatch as intake
 from runs.models import Backend, Dispatch, Run
 from runs.serializers import DispatchOutSerializer, RunSerializer
 
 
 class TokenAPIView(APIView):
-    authentication_classes = [TokenAuthentication]
+    authentication_classes = [RoleTokenAuthentication]
     permission_classes = [IsAuthenticated]
 
 
@@ -50,6 +50,9 @@ def _backend_for(request: Request) -> Backend:
 
 class DispatchIntakeAPI(TokenAPIView):
     """POST a CRCR client_payload ({event_type, delivery_id, payload}) as forwarded."""
+
+    # A dispatch starts runs that report to the HUD: machine tokens only.
+    permission_classes = [IsAuthenticated, IsMachine]
 
     def post(self, request: Request) -> Response:
         try:
@@ -100,14 +103,14 @@ class WhoAmIAPI(TokenAPIView):
 
 
 class RunListAPI(generics.ListAPIView):
-    authentication_classes = [TokenAuthentication]
+    authentication_classes = [RoleTokenAuthentication]
     permission_classes = [IsAuthenticated]
     serializer_class = RunSerializer
     queryset = Run.objects.select_related("backend").order_by("-created_at")
 
 
 class RunDetailAPI(generics.RetrieveAPIView):
-    authentication_classes = [TokenAuthentication]
+    authentication_classes = [RoleTokenAuthentication]
     permission_classes = [IsAuthenticated]
     serializer_class = RunSerializer
     queryset = Run.objects.select_related("backend")

@@ -41,10 +41,10 @@ def celery_worker(celery_worker_session: Any, transactional_db: Any) -> Any:
 
 @pytest.fixture
 def machine_token(db: Any) -> str:
-    """The API token of a machine client (the relay's forwarder): no role, a token."""
+    """The API token of a machine client (the relay's forwarder): the machine role."""
     from tests.factories import make_token, make_user
 
-    return make_token(make_user("relay-forwarder", role=None))
+    return make_token(make_user("relay-forwarder", role="machine"))
 
 
 @pytest.fixture(scope="session")

@@ -1,8 +1,10 @@
 """Roles and the access checks every view uses.
 
-Three roles, as Django groups: ``viewer`` reads everything, ``reviewer`` may also
-approve, reject and merge, ``admin`` may also administer. A superuser is an admin.
-A signed-in user without a group is a viewer.
+Four roles, as Django groups: ``viewer`` reads everything, ``reviewer`` may also
+approve, reject and merge, ``admin`` may also administer; ``machine`` is a
+forwarder's token that may also post dispatches (which start runs whose results
+reach the HUD) and reads like a viewer. A superuser is an admin. A signed-in
+user without a group is a viewer.
 """
 
 from collections.abc import Callable
@@ -10,12 +12,17 @@ from functools import wraps
 from typing import Any
 
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
+from django.contrib.auth.models import Group
+from django.core.exceptions import ObjectDoesNotExist, PermissionDenied
+from django.db.models import Exists, OuterRef
 from django.http import HttpRequest, HttpResponse
+from rest_framework.authentication import TokenAuthentication
+from rest_framework.authtoken.models import Token
+from rest_framework.exceptions import AuthenticationFailed
 from rest_framework.permissions import BasePermission
 
-VIEWER, REVIEWER, ADMIN = "viewer", "reviewer", "admin"
-ROLES = (VIEWER, REVIEWER, ADMIN)
+VIEWER, REVIEWER, ADMIN, MACHINE = "viewer", "reviewer", "admin", "machine"
+ROLES = (VIEWER, REVIEWER, ADMIN, MACHINE)
 
 
 def role_of(user: Any) -> str | None:
@@ -33,6 +40,35 @@ def role_of(user: Any) -> str | None:
 
 def can_review(user: Any) -> bool:
     return role_of(user) in (REVIEWER, ADMIN)
+
+
+def can_dispatch(user: Any) -> bool:
+    """Only a machine user (or an admin) may post upstream events."""
+    if not user.is_authenticated:
+        return False
+    if user.is_superuser:
+        return True
+    known = getattr(user, "may_dispatch", None)  # read with the token, when it was
+    if known is not None:
+        return bool(known)
+    return bool(user.groups.filter(name__in=(MACHINE, ADMIN)).exists())
+
+
+class RoleTokenAuthentication(TokenAuthentication):
+    """DRF's token authentication, reading in the same query whether the token's
+    user may dispatch (the intake is the hot path: one query less per dispatch)."""
+
+    def authenticate_credentials(self, key: str) -> tuple[Any, Any]:
+        may_dispatch = Group.objects.filter(user=OuterRef("user"), name__in=(MACHINE, ADMIN))
+        tokens = Token.objects.select_related("user")
+        try:
+            token = tokens.annotate(may_dispatch=Exists(may_dispatch)).get(key=key)
+        except ObjectDoesNotExist:
+            raise AuthenticationFailed("Invalid token.") from None
+        if not token.user.is_active:
+            raise AuthenticationFailed("User inactive or deleted.")
+        token.user.may_dispatch = token.may_dispatch
+        return token.user, token
 
 
 def reviewer_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
@@ -55,6 +91,15 @@ class IsReviewer(BasePermission):
 
     def has_permission(self, request: Any, view: Any) -> bool:
         return can_review(request.user)
+
+
+class IsMachine(BasePermission):
+    """DRF permission: the token's user holds the machine (or admin) role."""
+
+    message = "Posting dispatches needs the machine role (manage.py create_user --role machine)."
+
+    def has_permission(self, request: Any, view: Any) -> bool:
+        return can_dispatch(request.user)
 
 
 def roles(request: HttpRequest) -> dict[str, Any]:

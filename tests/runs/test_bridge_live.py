@@ -27,7 +27,7 @@ def test_the_bridge_reproduces_the_aggregate_flow(live_server, celery_worker, up
     backend = make_backend("acme", relay_mode="aggregate")  # no relay_url: the bridge reports
     make_config(backend, TINY)
     crcr_token = tmp_path / "crcr-token"
-    crcr_token.write_text(make_token(make_user("bridge", role=None)))
+    crcr_token.write_text(make_token(make_user("bridge", role="machine")))
     relay_token = tmp_path / "relay-token"
     relay_token.write_text("s3cret")
     with RelaySimulator(token="s3cret", allowlist={REPO: "L2"}) as relay:

@@ -8,6 +8,7 @@ import pytest
 
 from runs.models import Dispatch
 from tests.dispatches import pr_dispatch
+from tests.factories import make_token, make_user
 
 pytestmark = pytest.mark.django_db
 
@@ -96,6 +97,15 @@ def test_a_dispatch_of_github_size_is_accepted(client, backend, machine_token, u
     body["payload"]["pull_request"]["title"] = "Faster lgamma \U0001f680"
     assert post(client, machine_token, body).status_code == 202
     assert Dispatch.objects.get().payload["pull_request"]["title"].endswith("\U0001f680")
+
+
+@pytest.mark.parametrize("role", ["viewer", "reviewer", None])
+def test_only_a_machine_token_may_dispatch(client, backend, role):
+    token = make_token(make_user("someone", role=role))
+    response = post(client, token, pr_dispatch())
+    assert response.status_code == 403
+    assert "machine role" in response.json()["detail"]
+    assert not Dispatch.objects.exists()
 
 
 def test_a_dispatch_without_a_token_gets_401(client, backend):

@@ -7,7 +7,7 @@ from crcr_site.lib.access import ADMIN, ROLES
 
 
 class Command(BaseCommand):
-    help = "Create (or update) a user with a role: viewer, reviewer or admin."
+    help = "Create (or update) a user with a role: viewer, reviewer, admin or machine."
 
     def add_arguments(self, parser):
         parser.add_argument("username")
