@@ -17,6 +17,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from selection.reuse import schema
+
 # Decorator names that decide where a test may run, as the device-type machinery reads them.
 RESTRICTIONS = {
     "onlyCUDA": "cuda only",
@@ -63,18 +65,8 @@ DTYPE_SETS = {
         "float32", "float64", "uint8", "int8", "int16", "int32", "int64", "complex64", "complex128",
     ],
 }  # fmt: skip
-DTYPE_ALIASES = {
-    "half": "float16",
-    "float": "float32",
-    "double": "float64",
-    "long": "int64",
-    "int": "int32",
-    "short": "int16",
-    "cfloat": "complex64",
-    "cdouble": "complex128",
-    "chalf": "complex32",
-    "bool": "bool",
-}
+# torch's dtype aliases, as the config schema reads them, and `torch.bool` itself.
+DTYPE_ALIASES = {**schema.DTYPE_ALIASES, "bool": "bool"}
 INSTANTIATORS = {"instantiate_device_type_tests", "instantiate_parametrized_tests"}
 
 
