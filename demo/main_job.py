@@ -27,6 +27,7 @@ from selection import configprs, review
 from selection.models import ConfigChange, ConfigVersion, Proposal
 
 DEMO_USERNAME = "demo"
+DEMO_REVIEWER = "demo-reviewer"
 DEMO_PASSWORD = os.environ.get("CRCR_DEMO_PASSWORD", "crcr-demo")
 BUNDLED_TREE = Path(settings.BASE_DIR) / "tests" / "upstream"
 DEMO_WEBHOOK = Path(__file__).parent / "demo_data" / "pull_request.closed.json"
@@ -91,7 +92,10 @@ def relay_simulator(backend: Backend) -> RelaySimulator:
 
 
 def create_demo_user() -> None:
+    """The demo admin, who opens the config PR, and a second reviewer, who approves and
+    merges it: nobody approves their own config change."""
     call_command("create_user", DEMO_USERNAME, role="admin", password=DEMO_PASSWORD)
+    call_command("create_user", DEMO_REVIEWER, role="reviewer", password=DEMO_PASSWORD)
 
 
 def ensure_upstream() -> Path | None:

@@ -4,7 +4,9 @@
   into a `ConfigChange` against the backend's latest `ConfigVersion`: the
   proposed text is `configwriter.apply(base, decisions)`, reasons as comments.
 - `approve()` records a reviewer's approval; with `CRCR_FORBID_SELF_APPROVAL`
-  the author may not approve their own change while another reviewer exists.
+  (the default) the author may never approve their own change: two people see
+  every config change (a one-person team turns the setting off, and the page
+  says so).
 - `merge()` turns an approved change into version base+1, only while its base
   is still the backend's latest version; otherwise the change is marked
   `needs_rebase` and nothing is applied.
@@ -22,12 +24,11 @@ from email.utils import format_datetime
 from typing import Any
 
 from django.conf import settings
-from django.contrib.auth import get_user_model
 from django.db import IntegrityError, transaction
-from django.db.models import OuterRef, Q, Subquery
+from django.db.models import OuterRef, Subquery
 from django.utils import timezone
 
-from crcr_site.lib.access import ADMIN, REVIEWER
+from crcr_site.lib.access import can_review
 from runs.models import Backend
 from selection import configwriter
 from selection.models import ConfigApproval, ConfigChange, ConfigVersion, Proposal
@@ -135,21 +136,25 @@ def is_stale(change: ConfigChange) -> bool:
     return latest is not None and latest.pk != change.base_id
 
 
-def reviewers_count() -> int:
-    users = get_user_model().objects.filter(is_active=True)
-    return (
-        users.filter(Q(is_superuser=True) | Q(groups__name__in=[REVIEWER, ADMIN]))
-        .distinct()
-        .count()
-    )
-
-
 def may_approve(change: ConfigChange, user: Any) -> str | None:
     """None when the user may approve the change, else why not."""
     if change.status != ConfigChange.Status.OPEN:
         return f"this config PR is {change.get_status_display()}"
-    if settings.CRCR_FORBID_SELF_APPROVAL and change.author_id == user.pk and reviewers_count() > 1:
+    if not can_review(user):
+        return "approving needs the reviewer role"
+    if settings.CRCR_FORBID_SELF_APPROVAL and change.author_id == user.pk:
         return "you opened this config PR: another reviewer must approve it"
+    return None
+
+
+def may_merge(change: ConfigChange, user: Any) -> str | None:
+    """None when the user may merge the change now, else why not (shown in place of Merge)."""
+    if not can_review(user):
+        return "merging needs the reviewer role"
+    if change.status != ConfigChange.Status.OPEN:
+        return f"this config PR is {change.get_status_display()}"
+    if not change.approvals.exists():
+        return "it can be merged once another reviewer approved it"
     return None
 
 

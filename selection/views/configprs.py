@@ -1,6 +1,7 @@
 """Config PR pages: the list, a change's diff and its approve / merge / rebase actions,
 and a merged version's YAML and patch downloads. The rules live in `configprs`."""
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
@@ -63,6 +64,8 @@ def configchange_detail(request: HttpRequest, uuid: str) -> HttpResponse:
         "approvals": change.approvals.select_related("reviewer"),
         "comments": change.comments.select_related("author"),
         "approval_refused": configprs.may_approve(change, request.user),
+        "merge_refused": configprs.may_merge(change, request.user),
+        "self_approval_allowed": not settings.CRCR_FORBID_SELF_APPROVAL,
         "stale": configprs.is_stale(change),
         "nav": "config",
     }

@@ -128,7 +128,7 @@ def build() -> list[Page]:
         Page(
             "config PR detail",
             reverse("selection:configchange_detail", args=[change.uuid]),
-            reverse("selection:configchange_merge", args=[change.uuid]),
+            reverse("selection:configchange_approve", args=[change.uuid]),
         ),
         Page("operators", reverse("selection:operator_list"), reverse("selection:operator_enable")),
         Page("selection run", reverse("selection:selectionrun_detail", args=[selection.uuid])),

@@ -1,9 +1,12 @@
 """The embedded demo feeds a merged PR through the intake once, with a relay to report to."""
 
+import pytest
+from django.contrib.auth.models import User
 from django.core.management import call_command
 
 from demo import main_job
 from runs.models import Dispatch, Run
+from selection import configprs
 from tests.factories import make_proposal
 from tests.waiting import wait_for
 
@@ -27,6 +30,7 @@ def test_the_demo_feeds_a_merged_pr_through_the_intake_once(
     assert Dispatch.objects.count() == 1 and Run.objects.count() == 1
     out = capsys.readouterr().out
     assert "sign in at http://127.0.0.1:8000/ as demo / crcr-demo" in out
+    assert "or as demo-reviewer / crcr-demo (the second reviewer)" in out
     assert "relay simulator at http://127.0.0.1:" in out
 
 
@@ -49,3 +53,9 @@ def test_the_demo_leaves_a_config_pr_of_what_the_device_verified(db):
     assert backend.proposals.get(test_name="test_passes_today").status == "pending"
     assert main_job.open_config_pr(backend) == change
     assert backend.config_changes.count() == 1
+    # Its author cannot approve it; the demo's second reviewer can, and then merge it.
+    admin, second = (User.objects.get(username=name) for name in ("demo", "demo-reviewer"))
+    with pytest.raises(configprs.ChangeError, match="another reviewer must approve"):
+        configprs.approve(change, admin)
+    configprs.approve(change, second)
+    assert configprs.merge(change, second).number == 2

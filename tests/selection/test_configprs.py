@@ -80,15 +80,16 @@ def test_the_author_cannot_approve_their_own_change_while_another_reviewer_exist
     assert change.approvals.get().reviewer == otto
 
 
-def test_a_lone_reviewer_may_approve_their_own_change():
+def test_even_a_lone_reviewer_may_not_approve_their_own_change():
     backend = make_backend()
     make_config(backend, BASE)
     rita = make_user("rita", "reviewer")
     make_user("vera", "viewer")
     approved(backend, "test_sum")
     change = configprs.open_change(backend, rita)
-    configprs.approve(change, rita)
-    assert change.approvals.count() == 1
+    with pytest.raises(configprs.ChangeError, match="another reviewer must approve"):
+        configprs.approve(change, rita)
+    assert not change.approvals.exists()
 
 
 def test_self_approval_is_allowed_when_the_setting_is_off(setup, settings):
@@ -98,6 +99,17 @@ def test_self_approval_is_allowed_when_the_setting_is_off(setup, settings):
     change = configprs.open_change(backend, rita)
     configprs.approve(change, rita)
     assert change.approvals.count() == 1
+
+
+def test_the_page_says_when_self_approval_is_allowed(client, setup, settings):
+    backend, _, rita, _ = setup
+    approved(backend, "test_sum")
+    change = configprs.open_change(backend, rita)
+    client.force_login(rita)
+    page = reverse("selection:configchange_detail", args=[change.uuid])
+    assert "Self-approval is allowed" not in client.get(page).content.decode()
+    settings.CRCR_FORBID_SELF_APPROVAL = False
+    assert "Self-approval is allowed" in client.get(page).content.decode()
 
 
 def test_an_unapproved_change_is_not_merged(setup):

@@ -74,7 +74,8 @@ class Command(BaseCommand):
             self.stdout.write(
                 f'    config PR "{change.title}" with {change.proposals.count()} '
                 f"device-verified decision(s), waiting for approval at "
-                f"http://127.0.0.1:8000/config-prs/{change.uuid}/"
+                f"http://127.0.0.1:8000/config-prs/{change.uuid}/ "
+                f"(by {main_job.DEMO_REVIEWER}: its author may not approve it)"
             )
         pending = backend.proposals.filter(status="pending").count()
         self.stdout.write(f"    {pending} proposal(s) waiting at http://127.0.0.1:8000/review/")
@@ -126,7 +127,8 @@ class Command(BaseCommand):
                 self.select(state.backend)
             self.stdout.write(
                 f"\nsign in at http://127.0.0.1:8000/ as {main_job.DEMO_USERNAME} / "
-                f"{main_job.DEMO_PASSWORD}"
+                f"{main_job.DEMO_PASSWORD} (admin), or as {main_job.DEMO_REVIEWER} / "
+                f"{main_job.DEMO_PASSWORD} (the second reviewer)"
             )
             if serve:
                 call_command("runserver", "127.0.0.1:8000", use_reloader=False)
