@@ -53,7 +53,10 @@ def record_fields(run: Run, pytest: PytestRun | None = None) -> dict[str, Any]:
         pk=run.pk
     )
     tree = tree_facts(run)
-    pytest = pytest or planning.pytest_for(run, Path(tree["path"]))
+    if pytest is None:
+        # Only the command's shape is recorded (the config as config.yaml): no file written.
+        path = Path(tree["path"])
+        pytest = PytestRun(planning.environment_for(run, path), path)
     env = pytest.environment.variables
     return {
         "trigger": trigger_facts(run.trigger),
