@@ -203,6 +203,9 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": CRCR_SHARD_TIMEOUT + 36
 # orphaned (its worker died) and is given to another worker.
 CRCR_HEARTBEAT_SECONDS = env_int("CRCR_HEARTBEAT_SECONDS", 10, minimum=1)
 CRCR_SHARD_RETRIES = env_int("CRCR_SHARD_RETRIES", 3, minimum=0)
+# Planning, a bundle, a selection run or a bisection whose worker died is taken over
+# (its heartbeat silent for three beats) at most this many times in all.
+CRCR_CLAIM_ATTEMPTS = env_int("CRCR_CLAIM_ATTEMPTS", 3, minimum=1)
 # A dispatch still ungated (or a run still unplanned) this long after it was stored
 # lost its message: beat's `resend_lost_work` sends it again.
 CRCR_LOST_WORK_SECONDS = env_int("CRCR_LOST_WORK_SECONDS", 120, minimum=1)

@@ -8,6 +8,8 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
+from crcr_site.lib.leases import Leased
+
 # What an environment row is compared on when shards ran on different hosts.
 COMPARED_FIELDS = ("hostname", "python_version", "torch_version", "backend_version", "cuda", "os")
 
@@ -104,7 +106,7 @@ class BundleQuerySet(models.QuerySet["Bundle"]):
         return self.exclude(status=Bundle.Status.PRUNED).order_by("-created_at", "-pk")
 
 
-class Bundle(models.Model):
+class Bundle(Leased):
     """A downloadable archive that reproduces a run, with a manifest of checksums."""
 
     class Status(models.TextChoices):
@@ -175,7 +177,7 @@ class Rerun(models.Model):
         return f"re-run of {self.original}"
 
 
-class Bisection(models.Model):
+class Bisection(Leased):
     """A search for the first bad upstream commit between a green and a red run."""
 
     class Status(models.TextChoices):

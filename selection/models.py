@@ -8,6 +8,8 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
+from crcr_site.lib.leases import Leased
+
 
 class InventorySnapshot(models.Model):
     """A scan of PyTorch's test tree at one SHA ("repo memory")."""
@@ -165,7 +167,7 @@ class CapturedTest(models.Model):
         return f"{self.class_name}::{self.test_name} ({self.variants} variants)"
 
 
-class SelectionRun(models.Model):
+class SelectionRun(Leased):
     """One run of the selection pipeline (stages 1-4, enabling an op, or an upgrade)."""
 
     class Kind(models.TextChoices):

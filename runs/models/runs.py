@@ -8,6 +8,7 @@ from django.db import models
 from django.urls import reverse
 from django.utils import timezone
 
+from crcr_site.lib.leases import Leased
 from runs.models.backends import Backend
 from runs.models.intake import Trigger
 
@@ -32,7 +33,7 @@ class Artifact(models.Model):
         return f"{self.name} {self.version}"
 
 
-class Run(models.Model):
+class Run(Leased):
     """One combination (backend × PyTorch SHA × test suite × config): one HUD job."""
 
     class Status(models.TextChoices):
