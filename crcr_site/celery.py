@@ -21,6 +21,9 @@ app.conf.task_routes = {
     "reproducibility.tasks.capture_environment": {"queue": "device"},
     # A bisection runs the failing tests at each midpoint: a device host's work.
     "reproducibility.tasks.run_bisection": {"queue": "device"},
+    # A re-run's bundle is checked on the queue that plans it, so the sweep of lost
+    # planning messages sees it waiting there and does not plan the run unchecked.
+    "reproducibility.tasks.prepare_rerun": {"queue": "device"},
     # The selection pipeline's stage 4 and "enable an operator" run tests on the device.
     "selection.tasks.run_selection": {"queue": "device"},
     "selection.tasks.enable_operator": {"queue": "device"},

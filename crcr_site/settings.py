@@ -8,6 +8,7 @@ the reference device and the bundled upstream-style test tree. Production sets
 is listed in the README.
 """
 
+from datetime import timedelta
 from pathlib import Path
 
 from celery.schedules import crontab
@@ -49,7 +50,10 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django_htmx",
     "template_partials",
+    "axes",
     "rest_framework",
+    # Only for its migrations: runs' 0013 moved its plain-text tokens to the hashed
+    # runs.ApiToken, which API calls now authenticate against; its admin is hidden.
     "rest_framework.authtoken",
     "drf_spectacular",
     "selection",
@@ -69,6 +73,10 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # Embedded default: work a request asks for runs after its response, not inside it.
+    "crcr_site.lib.enqueue.BackgroundTasksMiddleware",
+    # Last, as django-axes asks: it turns a refused sign-in into the lockout page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "crcr_site.urls"
@@ -95,7 +103,17 @@ if EMBEDDED:
 DATABASES = {
     "default": env_database(
         "DATABASE_URL",
-        default={"ENGINE": "django.db.backends.sqlite3", "NAME": VAR_DIR / "crcr.sqlite3"},
+        default={
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": VAR_DIR / "crcr.sqlite3",
+            # The web's requests and its in-process tasks write from two threads:
+            # write-ahead logging lets readers in, and a writer waits for the lock.
+            "OPTIONS": {
+                "timeout": 30,
+                "transaction_mode": "IMMEDIATE",
+                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+            },
+        },
         conn_max_age=env_int("DATABASE_CONN_MAX_AGE", 60, minimum=0),
     )
 }
@@ -104,9 +122,26 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
 ]
+# django-axes first: it refuses a locked-out sign-in before a password is checked.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "runs:hud"
 LOGOUT_REDIRECT_URL = "login"
+
+# Sign-in throttling (django-axes, at /accounts/login/ and /admin/login/): a username
+# signing in from one address is refused for CRCR_LOGIN_LOCKOUT_MINUTES after
+# CRCR_LOGIN_FAILURE_LIMIT failures in a row; other users from that address are not.
+CRCR_LOGIN_FAILURE_LIMIT = env_int("CRCR_LOGIN_FAILURE_LIMIT", 5, minimum=1)
+CRCR_LOGIN_LOCKOUT_MINUTES = env_int("CRCR_LOGIN_LOCKOUT_MINUTES", 15, minimum=1)
+AXES_FAILURE_LIMIT = CRCR_LOGIN_FAILURE_LIMIT
+AXES_COOLOFF_TIME = timedelta(minutes=CRCR_LOGIN_LOCKOUT_MINUTES)
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_CALLABLE = "crcr_site.lib.access.lockout_response"
+AXES_VERBOSE = False  # no banner on every command's start-up
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
@@ -169,6 +204,11 @@ CELERY_BEAT_SCHEDULE = {
     },
     "requeue-orphaned-shards": {"task": "runs.tasks.requeue_orphaned_shards", "schedule": 60.0},
     "resend-lost-work": {"task": "runs.tasks.resend_lost_work", "schedule": 60.0},
+    "resend-lost-bundles-and-bisections": {
+        "task": "reproducibility.tasks.resend_lost_work",
+        "schedule": 60.0,
+    },
+    "resend-lost-selection-runs": {"task": "selection.tasks.resend_lost_work", "schedule": 60.0},
     "deliver-due-callbacks": {"task": "runs.tasks.deliver_due_callbacks", "schedule": 30.0},
     "prune-bundles": {
         "task": "reproducibility.tasks.prune_bundles",
@@ -192,6 +232,8 @@ CRCR_GITHUB_API_URL = env_url("CRCR_GITHUB_API_URL", "https://api.github.com", (
 # A shell command that writes the combination's wheels into $CRCR_OUTPUT_DIR;
 # unset registers the installed torch and the backend module's source.
 CRCR_BUILD_COMMAND = env_str("CRCR_BUILD_COMMAND")
+# A build command running longer than this is killed and its run ends in error.
+CRCR_BUILD_TIMEOUT = env_int("CRCR_BUILD_TIMEOUT", 4 * 3600, minimum=1)
 CRCR_MAX_SHARD_SECONDS = env_int("CRCR_MAX_SHARD_SECONDS", 1800, minimum=1)
 # Whole-shard and single-test limits; a test silent for CRCR_TEST_TIMEOUT is a hang.
 CRCR_SHARD_TIMEOUT = env_int("CRCR_SHARD_TIMEOUT", 2 * CRCR_MAX_SHARD_SECONDS, minimum=1)
@@ -212,6 +254,11 @@ CRCR_LOST_WORK_SECONDS = env_int("CRCR_LOST_WORK_SECONDS", 120, minimum=1)
 # PyTorch's disabled tests (disabled-tests-condensed.json format); unset: none.
 CRCR_DISABLED_TESTS_FILE = env_str("CRCR_DISABLED_TESTS_FILE")
 CRCR_DISPATCH_MAX_BYTES = env_int("CRCR_DISPATCH_MAX_BYTES", 256 * 1024, minimum=1024)
+# A HUD callback still undelivered this long after it was written is given up (rejected,
+# with the reason): the relay keeps a dispatch's state for 3 days (CRCR_STATUS_TTL) and
+# refuses callbacks it no longer knows, so retrying longer only adds noise; a relay down
+# for hours, even a day or two, loses nothing.
+CRCR_RELAY_GIVE_UP_HOURS = env_int("CRCR_RELAY_GIVE_UP_HOURS", 72, minimum=1)
 # Config PRs: the author may not approve their own change while another reviewer exists.
 CRCR_FORBID_SELF_APPROVAL = env_bool("CRCR_FORBID_SELF_APPROVAL", True)
 

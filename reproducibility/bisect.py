@@ -19,14 +19,13 @@ commit and the range still open: never a guess.
 """
 
 import logging
-from functools import partial
 from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
 from django.utils import timezone
 
+from crcr_site.lib import enqueue, leases
 from reproducibility.models import Bisection, RunRecord
 from runs import planning, worktrees
 from runs.crash_pinning import Executor, ShardSpec
@@ -108,7 +107,7 @@ def start(bad: Run, user: Any = None) -> Bisection:
     bisection = Bisection.objects.create(
         good_run=good, bad_run=bad, test_ids=tests, requested_by=user
     )
-    transaction.on_commit(partial(run_bisection.delay, bisection.pk))
+    enqueue.after_commit(run_bisection, bisection.pk)
     return bisection
 
 
@@ -122,7 +121,8 @@ def run(bisection_id: int) -> Bisection | None:
     if bisection is None or not bisection.claim():
         return None
     try:
-        first_bad = search(bisection)
+        with leases.held(bisection, Bisection.Status.RUNNING):
+            first_bad = search(bisection)
     except Stop as stop:
         bisection.finish(Bisection.Status.STOPPED, str(stop))
         return bisection
@@ -138,6 +138,14 @@ def run(bisection_id: int) -> Bisection | None:
         first_bad_sha=first_bad["sha"],
     )
     return bisection
+
+
+def give_up(bisection: Bisection, reason: str) -> None:
+    """A bisection whose worker kept dying (or that was lost): stopped with the reason."""
+    if Bisection.objects.filter(pk=bisection.pk, status=bisection.status).update(
+        status=Bisection.Status.STOPPED, message=reason, finished_at=timezone.now()
+    ):
+        logger.error("bisection %s %s", bisection.uuid, reason)
 
 
 def list_commits(bisection: Bisection) -> list[str]:

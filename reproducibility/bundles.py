@@ -20,7 +20,6 @@ import tarfile
 import tempfile
 import zlib
 from datetime import datetime, timedelta
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +27,7 @@ from django.core.files import File
 from django.db import transaction
 from django.utils import timezone
 
+from crcr_site.lib import enqueue, leases
 from crcr_site.lib.env import env_int
 from reproducibility import bundle_contents
 from reproducibility.models import Bundle
@@ -64,7 +64,7 @@ def request(run: Run, include_artifacts: bool = False, user: Any = None) -> Bund
         bundle = Bundle.objects.create(
             run=run, include_artifacts=include_artifacts, requested_by=user
         )
-        transaction.on_commit(partial(build_bundle.delay, bundle.pk))
+        enqueue.after_commit(build_bundle, bundle.pk)
     return bundle
 
 
@@ -78,7 +78,10 @@ def build(bundle_id: int) -> Bundle | None:
     if bundle is None or not bundle.claim():
         return None
     try:
-        with tempfile.TemporaryDirectory(prefix="crcr-bundle-") as scratch:
+        with (
+            leases.held(bundle, Bundle.Status.BUILDING),
+            tempfile.TemporaryDirectory(prefix="crcr-bundle-") as scratch,
+        ):
             top = Path(scratch) / top_folder(bundle)
             top.mkdir()
             warnings = bundle_contents.assemble(bundle, top)
@@ -93,6 +96,13 @@ def build(bundle_id: int) -> Bundle | None:
             expires_at=expiry(),
         )  # fmt: skip
     return Bundle.objects.filter(pk=bundle.pk).first()  # None when the run was deleted meanwhile
+
+
+def give_up(bundle: Bundle, reason: str) -> None:
+    """A bundle whose builder kept dying: failed with the reason, so a new one may be asked for."""
+    Bundle.objects.filter(pk=bundle.pk, status=bundle.status).update(
+        status=Bundle.Status.FAILED, error=reason, expires_at=expiry()
+    )
 
 
 def expiry(now: datetime | None = None) -> datetime:

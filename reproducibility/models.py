@@ -8,6 +8,7 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
+from crcr_site.lib import leases
 from crcr_site.lib.leases import Leased
 
 # What an environment row is compared on when shards ran on different hosts.
@@ -152,13 +153,9 @@ class Bundle(Leased):
         return f"crcr-run-{self.run.uuid}.tar.gz"
 
     def claim(self) -> bool:
-        """Move a pending bundle to building; False when another worker got there first."""
-        # Concurrency guard: only one builder moves the row out of pending.
-        return bool(
-            Bundle.objects.filter(pk=self.pk, status=self.Status.PENDING).update(
-                status=self.Status.BUILDING
-            )
-        )
+        """Move a pending bundle to building (or take over a dead builder's); False when
+        another worker holds it."""
+        return leases.claim(self, self.Status.PENDING, self.Status.BUILDING)
 
 
 class Rerun(models.Model):
@@ -212,12 +209,10 @@ class Bisection(Leased):
         return self.status in (self.Status.FOUND, self.Status.STOPPED)
 
     def claim(self) -> bool:
-        """Move a queued bisection to running; False when another worker got there first."""
-        # Concurrency guard: one worker runs a bisection; a redelivered task stops here.
-        return bool(
-            Bisection.objects.filter(pk=self.pk, status=self.Status.QUEUED).update(
-                status=self.Status.RUNNING, started_at=timezone.now()
-            )
+        """Move a queued bisection to running (or take over a dead worker's); False when
+        another worker holds it."""
+        return leases.claim(
+            self, self.Status.QUEUED, self.Status.RUNNING, started_at=timezone.now()
         )
 
     def add_step(self, step: dict[str, Any]) -> None:

@@ -47,14 +47,15 @@ class RerunSerializer(serializers.ModelSerializer):
     original = serializers.UUIDField(source="original.uuid", read_only=True)
     run = serializers.UUIDField(source="run.uuid", read_only=True)
     run_status = serializers.CharField(source="run.status", read_only=True)
+    run_error = serializers.CharField(source="run.error", read_only=True)
     bundle = serializers.UUIDField(source="bundle.uuid", read_only=True, allow_null=True)
     url = serializers.SerializerMethodField()
     comparison = serializers.SerializerMethodField()
 
     class Meta:
         model = Rerun
-        fields = ["uuid", "original", "run", "run_status", "bundle", "created_at", "url",
-                  "comparison"]  # fmt: skip
+        fields = ["uuid", "original", "run", "run_status", "run_error", "bundle", "created_at",
+                  "url", "comparison"]  # fmt: skip
 
     def get_url(self, made: Rerun) -> str:
         return _absolute(self.context, reverse("api:rerun_detail", args=[made.uuid]))

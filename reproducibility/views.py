@@ -73,6 +73,7 @@ def attestation_detail(request: HttpRequest, uuid: str) -> JsonResponse:
 def rerun_create(request: HttpRequest, uuid: str, bundle_uuid: str) -> HttpResponse:
     bundle = access.bundle_for(access.run_for(uuid), bundle_uuid)
     try:
+        # Records and enqueues only: a worker checks the archive (its page shows how).
         made = rerun.start(bundle, user=request.user)
     except rerun.RerunError as error:
         messages.error(request, f"Cannot re-run this bundle: {error}")
@@ -83,9 +84,13 @@ def rerun_create(request: HttpRequest, uuid: str, bundle_uuid: str) -> HttpRespo
 @login_required
 def rerun_detail(request: HtmxHttpRequest, uuid: str) -> HttpResponse:
     made = get_object_or_404(Rerun.objects.select_related("original", "run", "bundle"), uuid=uuid)
-    rows = rerun.comparison(made.original, made.run)
+    # Until it is planned the new run has no test to compare: the worker is still
+    # checking the bundle (queued), or found it could not run (its error).
+    planned = made.run.started_at is not None
+    rows = rerun.comparison(made.original, made.run) if planned else []
     context = {
         "rerun": made,
+        "planned": planned,
         "rows": rows,
         "changed": sum(not row.same for row in rows),
         "nav": "runs",

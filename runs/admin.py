@@ -1,12 +1,112 @@
-from django.contrib import admin
+from typing import Any
+
+from django import forms
+from django.contrib import admin, messages
+from django.db import models as db_models
+from django.http import HttpRequest
+from rest_framework.authtoken.models import TokenProxy
 
 from runs import models
+
+# DRF's token table stays installed for its migrations only: runs.ApiToken holds
+# the keys now, hashed, and an admin adding a DRF token would add a dead one.
+admin.site.unregister(TokenProxy)
+
+
+class BackendForm(forms.ModelForm):
+    """The backend with its webhook secret write-only: the server needs it in clear
+    to check GitHub's HMAC signatures, but the admin never shows it."""
+
+    new_webhook_secret = forms.CharField(
+        required=False,
+        strip=False,
+        max_length=200,
+        widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "new-password"}),
+        help_text="Write-only. Leave empty to keep the current secret.",
+    )
+    remove_webhook_secret = forms.BooleanField(
+        required=False, help_text="Unset the secret: webhooks for this backend are refused."
+    )
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if data.get("new_webhook_secret") and data.get("remove_webhook_secret"):
+            raise forms.ValidationError("Set a new webhook secret or remove it, not both.")
+        return data
+
+    def save(self, commit: bool = True) -> Any:
+        if secret := self.cleaned_data.get("new_webhook_secret"):
+            self.instance.webhook_secret = secret
+        elif self.cleaned_data.get("remove_webhook_secret"):
+            self.instance.webhook_secret = ""
+        return super().save(commit)
 
 
 @admin.register(models.Backend)
 class BackendAdmin(admin.ModelAdmin):
-    list_display = ["name", "slug", "device_module", "repository", "relay_mode"]
+    form = BackendForm
+    exclude = ["webhook_secret"]
+    # Django 6's default, and what a relay URL is in production.
+    formfield_overrides = {db_models.URLField: {"assume_scheme": "https"}}
+    list_display = [
+        "name",
+        "slug",
+        "device_module",
+        "repository",
+        "relay_mode",
+        "webhook_secret_set",
+    ]
     prepopulated_fields = {"slug": ["name"]}
+    readonly_fields = ["webhook_secret_set"]
+
+    def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
+        secret = ["webhook_secret_set", "new_webhook_secret", "remove_webhook_secret"]
+        fields = [name for name in self.get_fields(request, obj) if name not in secret]
+        return [
+            (None, {"fields": fields}),
+            (
+                "GitHub webhook secret",
+                {
+                    "fields": secret,
+                    "description": "crcr keeps this secret to check the X-Hub-Signature-256 "
+                    "of GitHub's webhooks; it is never shown, only set, replaced or removed.",
+                },
+            ),
+        ]
+
+    @admin.display(description="webhook secret")
+    def webhook_secret_set(self, backend: models.Backend) -> str:
+        return "set" if backend.webhook_secret else "not set"
+
+
+@admin.register(models.ApiToken)
+class ApiTokenAdmin(admin.ModelAdmin):
+    """Tokens by prefix only: the key is shown once, in the message after adding one."""
+
+    list_display = ["prefix", "name", "user", "created_at", "last_used_at"]
+    list_select_related = ["user"]
+    search_fields = ["prefix", "name", "user__username"]
+    readonly_fields = ["prefix", "created_at", "last_used_at"]
+
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> tuple[str, ...]:
+        if obj is None:
+            return ("user", "name")
+        return ("prefix", "name", "user", "created_at", "last_used_at")
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        # A token's key and owner are fixed; a new key is a new token.
+        return [*self.readonly_fields, "user"] if obj is not None else []
+
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        key = None if change else obj.set_new_key()
+        super().save_model(request, obj, form, change)
+        if key is not None:
+            self.message_user(
+                request,
+                f"The new token's key is {key} — copy it now: crcr keeps only its hash "
+                "and cannot show it again.",
+                messages.WARNING,
+            )
 
 
 @admin.register(models.Dispatch)

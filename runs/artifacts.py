@@ -14,12 +14,18 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from django.conf import settings
 from django.core.files import File
 
 from runs.models import Artifact, Backend
+from selection.reuse.launcher import die_with_parent, kill
+
+# How often a running build's last line is reported (seconds).
+BUILD_POLL_SECONDS = 2
 
 
 class ArtifactError(Exception):
@@ -93,8 +99,18 @@ def register_backend_source(backend: Backend) -> Artifact:
     return artifact
 
 
-def build(pytorch_sha: str, backend: Backend, version: str) -> list[Artifact]:
-    """Run the configured build command and store each wheel it writes, once by hash."""
+def build(
+    pytorch_sha: str,
+    backend: Backend,
+    version: str,
+    log: Path,
+    progress: Callable[[str], object] = lambda line: None,
+) -> list[Artifact]:
+    """Run the configured build command and store each wheel it writes, once by hash.
+
+    Its output goes to `log` (kept with the run); `progress` gets the log's last line
+    every few seconds. A command running past CRCR_BUILD_TIMEOUT is killed with its children.
+    """
     command = settings.CRCR_BUILD_COMMAND
     if not command:
         raise ArtifactError("CRCR_BUILD_COMMAND is not set")
@@ -104,13 +120,43 @@ def build(pytorch_sha: str, backend: Backend, version: str) -> list[Artifact]:
             "CRCR_BACKEND_VERSION": version,
             "CRCR_OUTPUT_DIR": out,
         }
-        completed = subprocess.run(command, shell=True, env=env, capture_output=True, text=True)
-        if completed.returncode != 0:
-            raise ArtifactError(f"the build command failed: {completed.stderr.strip()[-2000:]}")
+        with log.open("wb") as output:
+            process = subprocess.Popen(
+                command, shell=True, env=env, stdout=output, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=die_with_parent,
+            )  # fmt: skip
+        deadline = time.monotonic() + settings.CRCR_BUILD_TIMEOUT
+        while process.poll() is None:
+            if time.monotonic() > deadline:
+                kill(process)
+                raise ArtifactError(
+                    f"the build command ran past CRCR_BUILD_TIMEOUT "
+                    f"({settings.CRCR_BUILD_TIMEOUT} s) and was stopped:\n{tail(log)}"
+                )
+            progress(last_line(log))
+            time.sleep(BUILD_POLL_SECONDS)
+        if process.returncode != 0:
+            raise ArtifactError(
+                f"the build command failed (exit {process.returncode}):\n{tail(log)}"
+            )
         wheels = sorted(Path(out).glob("*.whl"))
         if not wheels:
-            raise ArtifactError(f"the build command wrote no wheel into {out}")
+            raise ArtifactError(
+                f"the build command wrote no wheel into $CRCR_OUTPUT_DIR:\n{tail(log)}"
+            )
         return [_store_wheel(wheel) for wheel in wheels]
+
+
+def tail(log: Path, size: int = 3000) -> str:
+    """The end of a log, as text."""
+    with log.open("rb") as stream:
+        stream.seek(max(0, log.stat().st_size - size))
+        return stream.read().decode(errors="replace").strip()
+
+
+def last_line(log: Path) -> str:
+    lines = tail(log, 400).splitlines()
+    return lines[-1][:200] if lines else ""
 
 
 def _store_wheel(wheel: Path) -> Artifact:
@@ -133,10 +179,16 @@ def _store_wheel(wheel: Path) -> Artifact:
     return artifact
 
 
-def artifacts_for(pytorch_sha: str, backend: Backend, version: str) -> list[Artifact]:
+def artifacts_for(
+    pytorch_sha: str,
+    backend: Backend,
+    version: str,
+    log: Path,
+    progress: Callable[[str], object] = lambda line: None,
+) -> list[Artifact]:
     """The artifacts of one combination: built by the command, or the installed ones."""
     if settings.CRCR_BUILD_COMMAND:
-        return build(pytorch_sha, backend, version)
+        return build(pytorch_sha, backend, version, log, progress)
     return [register_installed_torch(), register_backend_source(backend)]
 
 

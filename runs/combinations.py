@@ -2,7 +2,9 @@
 
 The primary combination is the backend's latest version × the resolved PyTorch
 SHA × that SHA's test suite × the current config version; each extra backend
-version listed on the profile adds one run against the same SHA.
+version listed on the profile adds one run against the same SHA. The artifacts
+are built (or registered) when the run is planned, on a worker: never inside the
+request or the transaction that creates the run.
 """
 
 import hashlib
@@ -12,7 +14,6 @@ from django.conf import settings
 from django.db import transaction
 
 from crcr_site.lib import enqueue
-from runs import artifacts
 from runs.models import Backend, Run, Trigger
 
 DIMENSIONS = ("backend_version", "pytorch_sha", "test_suite_sha", "config_version_id")
@@ -79,7 +80,6 @@ def create_runs(trigger: Trigger) -> list[Run]:
         )
         run.changed_since_green = changes_since_green(run)
         run.save(update_fields=["changed_since_green"])
-        run.artifacts.set(artifacts.artifacts_for(trigger.pytorch_sha, backend, version))
         runs.append(run)
     from runs.tasks import plan_run
 

@@ -10,19 +10,21 @@ Steps:
 """
 
 from dataclasses import replace
-from datetime import datetime
-from functools import partial
 from pathlib import Path
 
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from runs import areas, events, sharding, worktrees
+from crcr_site.lib import enqueue, leases
+from runs import areas, artifacts, events, sharding, worktrees
 from runs.models import Run, Shard, TestDuration
 from runs.relay import outbox
 from runs.report_files import canonical
 from selection.reuse.launcher import PytestRun, TestEnvironment
+
+# The build command's output, in the run's folder.
+BUILD_LOG = "build.log"
 
 
 class PlanningError(Exception):
@@ -71,33 +73,62 @@ def start(run_id: int) -> list[Shard]:
     """Claim a queued run, plan it and enqueue its shards (a redelivery does nothing)."""
     from runs.tasks import execute_shard
 
-    # Concurrency guard: only one planner moves the run out of the queue.
-    if not Run.objects.filter(pk=run_id, status=Run.Status.QUEUED).update(
-        status=Run.Status.PLANNING
-    ):
+    run = Run.objects.select_related("backend", "config_version").filter(pk=run_id).first()
+    # Concurrency guard: one planner holds the run; a dead planner's run is taken over.
+    if run is None or not leases.claim(run, Run.Status.QUEUED, Run.Status.PLANNING):
         return []
-    run = Run.objects.select_related("backend", "config_version").get(pk=run_id)
-    try:
-        pytest = pytest_for(run, worktrees.tree_for(run.pytorch_sha))
-        ids = collect(pytest)
-    except (PlanningError, worktrees.TestTreeError) as error:
-        end(run, Run.Status.ERROR, str(error))
-        return []
-    shards = plan(run, ids)
+    with leases.held(run, Run.Status.PLANNING):
+        try:
+            prepare_artifacts(run)
+            report(run, "collecting the tests the config selects")
+            pytest = pytest_for(run, worktrees.tree_for(run.pytorch_sha))
+            ids = collect(pytest)
+        except (PlanningError, worktrees.TestTreeError, artifacts.ArtifactError) as error:
+            end(run, Run.Status.ERROR, str(error))
+            return []
+        shards = plan(run, ids)
     events.run_planned.send(Run, run=run, pytest=pytest)
     if not shards:
         end(run, Run.Status.FAILED, "the config selected no test")
         return []
     outbox.job_started(run)
     for shard in shards:
-        transaction.on_commit(partial(execute_shard.delay, shard.pk))
+        enqueue.after_commit(execute_shard, shard.pk)
     return shards
 
 
-def unplanned(before: datetime) -> list[int]:
-    """Runs still queued since `before`: their planning message never arrived."""
-    queued = Run.objects.filter(status=Run.Status.QUEUED, created_at__lt=before)
-    return list(queued.values_list("pk", flat=True))
+def report(run: Run, stage: str) -> None:
+    """What planning is doing now (the run page polls it)."""
+    Run.objects.filter(pk=run.pk).update(stage=stage[:300])
+
+
+def prepare_artifacts(run: Run) -> None:
+    """Build (or register) the run's artifacts, unless it came with them (a re-run).
+
+    This runs on the worker that plans the run, outside any transaction: a build may
+    take hours. Its output is kept in the run's folder as `build.log`."""
+    if run.artifacts.exists():
+        return
+    report(
+        run,
+        "building the artifacts"
+        if settings.CRCR_BUILD_COMMAND
+        else "registering the installed artifacts",
+    )
+    built = artifacts.artifacts_for(
+        run.pytorch_sha, run.backend, run.backend_version,
+        log=workdir_for(run) / BUILD_LOG,
+        progress=lambda line: report(run, f"building: {line}" if line else "building"),
+    )  # fmt: skip
+    run.artifacts.set(built)
+
+
+def give_up(run: Run, reason: str) -> None:
+    """A run whose planning never finished, however often it was taken up: it ends in error."""
+    with transaction.atomic():
+        planning = Run.objects.select_for_update().filter(pk=run.pk, status=run.status).first()
+        if planning is not None and not planning.is_finished:
+            end(planning, Run.Status.ERROR, reason)
 
 
 @transaction.atomic

@@ -11,21 +11,18 @@ Steps:
 """
 
 import socket
-import threading
-from datetime import datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 
 from django.conf import settings
 from django.db import (
-    InterfaceError,
-    OperationalError,
     close_old_connections,
-    connection,
     transaction,
 )
 from django.db.models import F, Q
 from django.utils import timezone
 
+from crcr_site.lib import leases
 from runs import artifacts, durations, events, ingest, planning, results, worktrees
 from runs.crash_pinning import Executor, ProcessFailed, ShardSpec
 from runs.models import Run, Shard, TestDuration
@@ -44,10 +41,6 @@ class InfraError(Exception):
     """The shard could not run for a reason outside the tests; the task retries."""
 
 
-def stale_before() -> datetime:
-    return timezone.now() - timedelta(seconds=3 * settings.CRCR_HEARTBEAT_SECONDS)
-
-
 def claims_allowed() -> int:
     """How often a shard may be claimed: its first run and its retries."""
     return settings.CRCR_SHARD_RETRIES + 1
@@ -59,7 +52,7 @@ def claim(shard_id: int, worker: str) -> Shard | None:
     # and never once its claims ran out (the sweep fails it instead).
     now = timezone.now()
     claimable = Q(status=Shard.Status.PENDING) | Q(
-        status=Shard.Status.RUNNING, heartbeat_at__lt=stale_before()
+        status=Shard.Status.RUNNING, heartbeat_at__lt=leases.stale_before()
     )
     won = Shard.objects.filter(claimable, pk=shard_id, attempts__lt=claims_allowed()).update(
         status=Shard.Status.RUNNING,
@@ -76,31 +69,18 @@ def claim(shard_id: int, worker: str) -> Shard | None:
     )
 
 
-class Heartbeat(threading.Thread):
+class Heartbeat(leases.Heartbeat):
     """Refresh the shard's heartbeat, and how many tests it has finished, while
     its tests run (the progress logs in `workdir` tell)."""
 
     def __init__(self, shard: Shard, workdir: Path) -> None:
-        super().__init__(daemon=True)
-        self.shard, self.workdir, self.stopped = shard, workdir, threading.Event()
+        super().__init__(self.refresh)
+        self.shard, self.workdir = shard, workdir
 
-    def run(self) -> None:
-        try:
-            while not self.stopped.wait(settings.CRCR_HEARTBEAT_SECONDS):
-                self.beat()
-        finally:
-            connection.close()
-
-    def beat(self) -> None:
-        try:
-            Shard.objects.filter(pk=self.shard.pk, worker=self.shard.worker).update(
-                heartbeat_at=timezone.now(), tests_done=self.tests_done()
-            )
-        except (OperationalError, InterfaceError):
-            # The server dropped the connection (a restart, a failover): drop it and
-            # reconnect on the next beat. A dead heartbeat thread would let a sweep
-            # hand the shard, still running here, to another worker.
-            close_old_connections()
+    def refresh(self) -> None:
+        Shard.objects.filter(pk=self.shard.pk, worker=self.shard.worker).update(
+            heartbeat_at=timezone.now(), tests_done=self.tests_done()
+        )
 
     def tests_done(self) -> int:
         done: set[str] = set()
@@ -110,14 +90,6 @@ class Heartbeat(threading.Thread):
             except ReportError:
                 continue  # the executor reports a broken log; progress just skips it
         return len(done)
-
-    def __enter__(self) -> "Heartbeat":
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stopped.set()
-        self.join()
 
 
 def should_retry(record: TestRecord) -> bool:
@@ -229,7 +201,7 @@ def give_up_exhausted() -> list[int]:
     them again."""
     exhausted = Shard.objects.filter(
         Q(status=Shard.Status.PENDING)
-        | Q(status=Shard.Status.RUNNING, heartbeat_at__lt=stale_before()),
+        | Q(status=Shard.Status.RUNNING, heartbeat_at__lt=leases.stale_before()),
         attempts__gte=claims_allowed(),
     ).values_list("pk", "attempts", "error")
     for shard_id, attempts, error in exhausted:
@@ -243,7 +215,7 @@ def orphaned_shards() -> list[int]:
     return list(
         Shard.objects.filter(
             status=Shard.Status.RUNNING,
-            heartbeat_at__lt=stale_before(),
+            heartbeat_at__lt=leases.stale_before(),
             attempts__lt=claims_allowed(),
         ).values_list("pk", flat=True)
     )
@@ -253,9 +225,9 @@ def unqueued_shards() -> list[int]:
     """Pending shards of running runs that should have been taken by now: when the
     device queue is empty, their messages were lost with the broker (a Redis
     restarted without persistence loses every queued message)."""
-    never_ran = Q(heartbeat_at__isnull=True, run__started_at__lt=stale_before())
+    never_ran = Q(heartbeat_at__isnull=True, run__started_at__lt=leases.stale_before())
     # A released shard waits up to RETRY_BACKOFF_MAX for its retry's countdown.
-    retry_overdue = Q(heartbeat_at__lt=stale_before() - timedelta(seconds=RETRY_BACKOFF_MAX))
+    retry_overdue = Q(heartbeat_at__lt=leases.stale_before() - timedelta(seconds=RETRY_BACKOFF_MAX))
     return list(
         Shard.objects.filter(
             never_ran | retry_overdue,

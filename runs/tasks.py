@@ -1,17 +1,15 @@
 """Celery tasks of the runs app: thin adapters over the named modules."""
 
 from collections.abc import Callable
-from datetime import timedelta
 
 from celery import Task, shared_task
 from celery.signals import worker_ready
 from django.conf import settings
 from django.db import OperationalError
-from django.utils import timezone
-from kombu.exceptions import ChannelError
 
+from crcr_site.lib import enqueue, leases
 from runs import gate, planning, shard_worker, triggers
-from runs.models import Backend
+from runs.models import Backend, Run
 from runs.relay import outbox
 from runs.upstream import RateLimitedError, UpstreamError
 
@@ -48,7 +46,7 @@ def trigger_nightly(self) -> None:
             raise self.retry(countdown=error.retry_after) from error
 
 
-@shared_task(time_limit=3600)
+@shared_task(time_limit=3 * 3600)
 def plan_run(run_id: int) -> None:
     """Collect a queued run's tests, cut them into shards and enqueue the shards."""
     planning.start(run_id)
@@ -80,7 +78,7 @@ def requeue_orphaned_shards() -> list[int]:
     broker lost, go back to the queue."""
     shard_worker.give_up_exhausted()
     orphans = shard_worker.orphaned_shards()
-    if _waiting(execute_shard) == 0:
+    if enqueue.waiting(execute_shard) == 0:
         # Pending shards but nothing queued: the broker lost their messages. A shard
         # that still had one runs once all the same: the claim lets one task win.
         orphans += shard_worker.unqueued_shards()
@@ -91,32 +89,22 @@ def requeue_orphaned_shards() -> list[int]:
 
 @shared_task(time_limit=60)
 def resend_lost_work() -> dict[str, list[int]]:
-    """Beat: dispatches left ungated and runs left unplanned for a while, whose message
-    the broker never took or lost, are sent again (each task ignores work already done)."""
-    before = timezone.now() - timedelta(seconds=settings.CRCR_LOST_WORK_SECONDS)
-    sent: dict[str, list[int]] = {"gate": [], "recheck": [], "plan": []}
-    # Only when nothing waits in the queue: a busy queue still holds the messages.
-    if _waiting(gate_dispatch) == 0:
+    """Beat: dispatches left ungated and runs left unplanned, whose message the broker
+    never took or lost, are sent again (each task ignores work already done); a
+    planning whose worker died is taken over, or given up once its attempts are spent."""
+    sent: dict[str, list[int]] = {"gate": [], "recheck": []}
+    before = enqueue.lost_before(gate_dispatch, settings.CRCR_LOST_WORK_SECONDS)
+    if before is not None:
         sent["gate"], sent["recheck"] = gate.lost(before)
-    if _waiting(plan_run) == 0:
-        sent["plan"] = planning.unplanned(before)
-    for task, name in ((gate_dispatch, "gate"), (recheck_dispatch, "recheck"), (plan_run, "plan")):
+    for task, name in ((gate_dispatch, "gate"), (recheck_dispatch, "recheck")):
         for pk in sent[name]:
             task.delay(pk)
+    sent["plan"] = leases.sweep(
+        Run, Run.Status.QUEUED, Run.Status.PLANNING,
+        resend=lambda run: plan_run, give_up=planning.give_up,
+        lost_before=enqueue.lost_before(plan_run, settings.CRCR_LOST_WORK_SECONDS),
+    )  # fmt: skip
     return sent
-
-
-def _waiting(task: Task) -> int | None:
-    """Messages waiting in the task's queue on the broker; None without a broker."""
-    app = task.app
-    if app.conf.task_always_eager:
-        return None
-    queue = app.amqp.router.route({}, task.name)["queue"]
-    with app.connection_for_write() as connection:
-        try:
-            return int(connection.default_channel.queue_declare(queue.name, passive=True)[1])
-        except ChannelError:
-            return 0  # Redis drops a list once it is empty: no such queue, no message
 
 
 @worker_ready.connect

@@ -3,13 +3,16 @@
 - `open_change()` gathers a backend's approved proposals that no change holds yet
   into a `ConfigChange` against the backend's latest `ConfigVersion`: the
   proposed text is `configwriter.apply(base, decisions)`, reasons as comments.
-- `approve()` records a reviewer's approval; with `CRCR_FORBID_SELF_APPROVAL`
-  (the default) the author may never approve their own change: two people see
-  every config change (a one-person team turns the setting off, and the page
-  says so).
-- `merge()` turns an approved change into version base+1, only while its base
-  is still the backend's latest version; otherwise the change is marked
-  `needs_rebase` and nothing is applied.
+- `approve()` records a reviewer's approval of the revision they saw
+  (`ConfigChange.revision`, the hash of the diff on the page); with
+  `CRCR_FORBID_SELF_APPROVAL` (the default) the author may never approve their
+  own change: two people see every config change (a one-person team turns the
+  setting off, and the page says so).
+- `merge()` turns a change approved at its current revision into version base+1,
+  only while its base is still the backend's latest version; otherwise the change
+  is marked `needs_rebase` and nothing is applied.
+- Both take the revision the caller saw and refuse, recording nothing, when the
+  change moved on since (a rebase, an edit): nobody approves or merges unread text.
 - `rebase()` regenerates the proposed text on the latest version from the
   change's proposals; approvals are dropped (they approved another text) and
   `conflicts()` names tests whose entry in the new base differs from the proposal.
@@ -153,26 +156,45 @@ def may_merge(change: ConfigChange, user: Any) -> str | None:
         return "merging needs the reviewer role"
     if change.status != ConfigChange.Status.OPEN:
         return f"this config PR is {change.get_status_display()}"
-    if not change.approvals.exists():
-        return "it can be merged once another reviewer approved it"
+    if not change.approvals.filter(revision=change.revision).exists():
+        return "it can be merged once another reviewer approved this revision"
     return None
 
 
-def approve(change: ConfigChange, user: Any, comment: str = "") -> ConfigApproval:
+def _check_revision(change: ConfigChange, revision: str, action: str) -> None:
+    """Refuse an action taken on a revision of the change that is no longer its current one."""
+    current = change.revision
+    if revision != current:
+        raise ChangeError(
+            f"this config PR changed since you loaded it (you saw revision {revision[:12]}, "
+            f"it is now {current[:12]}): read the new diff and {action} again"
+        )
+
+
+def approve(change: ConfigChange, user: Any, revision: str, comment: str = "") -> ConfigApproval:
+    """Record the user's approval of `revision`, which must be the change's current one."""
+    change = ConfigChange.objects.select_related("base").get(pk=change.pk)
     refusal = may_approve(change, user)
     if refusal:
         raise ChangeError(refusal)
+    _check_revision(change, revision, "approve")
+    # No lock: a rebase landing between the check and the write leaves an approval of
+    # the old revision, which merge() does not count.
     approval, _ = ConfigApproval.objects.update_or_create(
-        change=change, reviewer=user, defaults={"comment": comment}
+        change=change,
+        reviewer=user,
+        defaults={"revision": revision, "comment": comment, "created_at": timezone.now()},
     )
     return approval
 
 
-def merge(change: ConfigChange, user: Any) -> ConfigVersion:
+def merge(change: ConfigChange, user: Any, revision: str) -> ConfigVersion:
     """The change as the backend's next version, or NeedsRebase when its base is stale.
 
-    1. lock the backend row: merges for one backend run one at a time;
-    2. refuse a change that is not open or not approved;
+    1. lock the backend row: merges, rebases and new changes for one backend run one
+       at a time, so the change read next cannot move before the merge commits;
+    2. refuse a change that is not open, that is no longer at the `revision` the
+       caller saw, or that has no approval of that revision;
     3. compare the base with the latest version; stale -> `needs_rebase`, nothing applied;
     4. create version base+1 (unique per backend: a racing merge cannot reuse the number),
        mark the change merged and its proposals merged.
@@ -185,8 +207,12 @@ def merge(change: ConfigChange, user: Any) -> ConfigVersion:
                 raise NeedsRebase("the config changed since this PR was opened: rebase it")
             if change.status != ConfigChange.Status.OPEN:
                 raise ChangeError(f"this config PR is {change.get_status_display()}")
-            if not change.approvals.exists():
-                raise ChangeError("this config PR needs a reviewer's approval before it is merged")
+            _check_revision(change, revision, "merge")
+            if not change.approvals.filter(revision=revision).exists():
+                raise ChangeError(
+                    "this config PR needs a reviewer's approval of this revision "
+                    "before it is merged"
+                )
             latest = latest_version(change.backend)
             if latest is not None and latest.pk != change.base_id:
                 raise NeedsRebase(

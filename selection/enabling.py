@@ -52,7 +52,8 @@ def enable_operator(
         return run
     report = both(progress, RunStatus(run))
     try:
-        summary = _enable(backend, packet.removeprefix("aten::"), tree_root, report, run)
+        with run.held():
+            summary = _enable(backend, packet.removeprefix("aten::"), tree_root, report, run)
     except Exception as error:
         run.finish({}, error=f"{type(error).__name__}: {error}")
         raise

@@ -90,7 +90,17 @@ class ProposalEditForm(forms.Form):
         return reason
 
 
-class ConfigApprovalForm(forms.Form):
+class ConfigRevisionForm(forms.Form):
+    """The revision of the config PR the page showed: an action names the text it was on."""
+
+    revision = forms.RegexField(
+        regex=r"\A[0-9a-f]{64}\Z",
+        error_messages={"invalid": "a revision is 64 lowercase hexadecimal characters"},
+        widget=forms.HiddenInput,
+    )
+
+
+class ConfigApprovalForm(ConfigRevisionForm):
     comment = forms.CharField(required=False, max_length=2000, widget=forms.Textarea)
 
 

@@ -2,12 +2,14 @@
 
 import hashlib
 import uuid
+from contextlib import AbstractContextManager
 from typing import Any
 
 from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
+from crcr_site.lib import leases
 from crcr_site.lib.leases import Leased
 
 
@@ -218,15 +220,15 @@ class SelectionRun(Leased):
         return int(100 * self.done / self.total) if self.total else 0
 
     def claim(self) -> bool:
-        """Move a queued run to running; False when another worker got there first."""
-        now = timezone.now()
-        # Conditional update: a redelivered task finds the run taken and stops.
-        won = SelectionRun.objects.filter(pk=self.pk, status=self.Status.QUEUED).update(
-            status=self.Status.RUNNING, started_at=now
+        """Move a queued run to running (or take over a dead worker's); False when another
+        worker holds it."""
+        return leases.claim(
+            self, self.Status.QUEUED, self.Status.RUNNING, started_at=timezone.now()
         )
-        if won:
-            self.status, self.started_at = self.Status.RUNNING, now
-        return bool(won)
+
+    def held(self) -> AbstractContextManager[None]:
+        """Keep this run's claim alive while the block runs."""
+        return leases.held(self, self.Status.RUNNING)
 
     def report(self, stage: str, done: int = 0, total: int = 0) -> None:
         """Record progress (what the page polls)."""
@@ -307,10 +309,20 @@ class ConfigChange(models.Model):
     def __str__(self) -> str:
         return self.title
 
+    @property
+    def revision(self) -> str:
+        """SHA-256 hex of the base version's hash and the proposed text: exactly the diff shown.
+
+        Approvals and merges name the revision the reviewer saw, so a rebase or an edit
+        in between cannot make an approval land on text nobody reviewed.
+        """
+        return hashlib.sha256(f"{self.base.sha256}\n{self.proposed_text}".encode()).hexdigest()
+
 
 class ConfigApproval(models.Model):
     change = models.ForeignKey(ConfigChange, on_delete=models.CASCADE, related_name="approvals")
     reviewer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT)
+    revision = models.CharField(max_length=64, help_text="the change's revision approved")
     comment = models.TextField(blank=True)
     created_at = models.DateTimeField(default=timezone.now)
 

@@ -334,7 +334,8 @@ def run_for_backend(
         return run
     report = both(progress, RunStatus(run))
     try:
-        summary = _select(backend, run, tree_root, pytorch_sha, report, classifier, device)
+        with run.held():
+            summary = _select(backend, run, tree_root, pytorch_sha, report, classifier, device)
     except Exception as error:
         run.finish({}, error=f"{type(error).__name__}: {error}")
         raise

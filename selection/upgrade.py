@@ -45,9 +45,10 @@ def upgrade(
         return run
     report = both(progress, RunStatus(run))
     try:
-        summary = _upgrade(
-            backend, new_sha, Path(tree_root).resolve(), old_sha, report, run, device
-        )
+        with run.held():
+            summary = _upgrade(
+                backend, new_sha, Path(tree_root).resolve(), old_sha, report, run, device
+            )
     except Exception as error:
         run.finish({}, error=f"{type(error).__name__}: {error}")
         raise

@@ -4,9 +4,8 @@ from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
-from rest_framework.authtoken.models import Token
 
-from runs.models import Backend
+from runs.models import ApiToken, Backend
 from selection.models import ConfigVersion, Proposal
 
 PASSWORD = "a-long-test-password"
@@ -20,7 +19,8 @@ def make_user(username: str, role: str | None = "viewer") -> Any:
 
 
 def make_token(user: Any) -> str:
-    return Token.objects.create(user=user).key
+    """A new API token's key (the database keeps only its hash)."""
+    return ApiToken.issue(user, name="test")[1]
 
 
 def make_backend(slug: str = "acme", **fields: Any) -> Backend:

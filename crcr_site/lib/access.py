@@ -5,19 +5,26 @@ approve, reject and merge, ``admin`` may also administer; ``machine`` is a
 forwarder's token that may also post dispatches (which start runs whose results
 reach the HUD) and reads like a viewer. A superuser is an admin. A signed-in
 user without a group is a viewer.
+
+Machines authenticate with hashed API tokens (``runs.ApiToken``); people sign in
+with a password, throttled by django-axes, whose lockout page is rendered here.
 """
 
 from collections.abc import Callable
+from datetime import timedelta
 from functools import wraps
 from typing import Any
 
+from django.apps import apps
+from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.models import Group
-from django.core.exceptions import ObjectDoesNotExist, PermissionDenied
+from django.core.exceptions import PermissionDenied
 from django.db.models import Exists, OuterRef
 from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.utils import timezone
 from rest_framework.authentication import TokenAuthentication
-from rest_framework.authtoken.models import Token
 from rest_framework.exceptions import AuthenticationFailed
 from rest_framework.permissions import BasePermission
 
@@ -55,20 +62,36 @@ def can_dispatch(user: Any) -> bool:
 
 
 class RoleTokenAuthentication(TokenAuthentication):
-    """DRF's token authentication, reading in the same query whether the token's
-    user may dispatch (the intake is the hot path: one query less per dispatch)."""
+    """`Authorization: Token <key>` against the hashed keys of `runs.ApiToken`,
+    reading in the same query whether the token's user may dispatch (the intake
+    is the hot path: one query less per dispatch)."""
 
     def authenticate_credentials(self, key: str) -> tuple[Any, Any]:
+        # By label: crcr_site.lib sits below the runs app and imports none of it.
+        tokens: Any = apps.get_model("runs", "ApiToken").objects
         may_dispatch = Group.objects.filter(user=OuterRef("user"), name__in=(MACHINE, ADMIN))
-        tokens = Token.objects.select_related("user")
-        try:
-            token = tokens.annotate(may_dispatch=Exists(may_dispatch)).get(key=key)
-        except ObjectDoesNotExist:
-            raise AuthenticationFailed("Invalid token.") from None
+        found = tokens.matching(key).select_related("user")
+        token = found.annotate(may_dispatch=Exists(may_dispatch)).first()
+        if token is None:
+            raise AuthenticationFailed("Invalid token.")
         if not token.user.is_active:
             raise AuthenticationFailed("User inactive or deleted.")
+        token.note_use()
         token.user.may_dispatch = token.may_dispatch
         return token.user, token
+
+
+def lockout_response(
+    request: HttpRequest, original_response: HttpResponse | None, credentials: Any
+) -> HttpResponse:
+    """The page django-axes shows a sign-in refused for too many failures (429).
+
+    Every refused attempt restarts the wait (axes' default), so the lockout
+    ends one full lockout period after this request.
+    """
+    minutes = settings.CRCR_LOGIN_LOCKOUT_MINUTES
+    context = {"minutes": minutes, "until": timezone.now() + timedelta(minutes=minutes)}
+    return render(request, "registration/lockout.html", context, status=429)
 
 
 def reviewer_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:

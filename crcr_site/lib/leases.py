@@ -43,6 +43,21 @@ class Leased(models.Model):
     class Meta:
         abstract = True
 
+    @property
+    def retry_note(self) -> str:
+        """What a page says about earlier attempts; empty when the first one holds."""
+        if not self.last_failure:
+            return ""
+        return (
+            f"attempt {self.claims} of {attempts_allowed()}; "
+            f"the previous attempt ended: {self.last_failure}"
+        )
+
+
+def _objects(model: type[models.Model]) -> "models.Manager[Any]":
+    """The rows of a leased model (each has its own `status` and `created_at`)."""
+    return model._default_manager
+
 
 def stale_before() -> datetime:
     """A heartbeat older than this is a dead worker's (three beats missed)."""
@@ -61,14 +76,20 @@ def claim(row: Leased, waiting: str, working: str, **updates: Any) -> bool:
     model = type(row)
     now = timezone.now()
     silent = Q(status=working, heartbeat_at__lt=stale_before())
-    won = model._default_manager.filter(
-        Q(status=waiting) | silent, pk=row.pk, claims__lt=attempts_allowed()
-    ).update(
-        status=working,
-        heartbeat_at=now,
-        claims=F("claims") + 1,
-        last_failure=Case(When(silent, then=Value(WORKER_STOPPED)), default=F("last_failure")),
-        **updates,
+    won = (
+        _objects(model)
+        .filter(Q(status=waiting) | silent, pk=row.pk, claims__lt=attempts_allowed())
+        .update(
+            status=working,
+            heartbeat_at=now,
+            claims=F("claims") + 1,
+            last_failure=Case(
+                When(silent, then=Value(WORKER_STOPPED)),
+                default=F("last_failure"),
+                output_field=models.TextField(),
+            ),
+            **updates,
+        )
     )
     if won:
         row.refresh_from_db(fields=["status", "heartbeat_at", "claims", "last_failure", *updates])
@@ -78,7 +99,7 @@ def claim(row: Leased, waiting: str, working: str, **updates: Any) -> bool:
 def release(row: Leased, working: str, failure: str) -> None:
     """End this attempt at once, keeping why: the sweep sends the work again (or gives up)."""
     long_ago = stale_before() - timedelta(seconds=1)
-    type(row)._default_manager.filter(pk=row.pk, status=working).update(
+    _objects(type(row)).filter(pk=row.pk, status=working).update(
         heartbeat_at=long_ago, last_failure=failure[:4000]
     )
 
@@ -120,7 +141,7 @@ def held(row: Leased, working: str) -> Iterator[None]:
     model = type(row)
 
     def beat() -> None:
-        model._default_manager.filter(pk=row.pk, status=working).update(heartbeat_at=timezone.now())
+        _objects(model).filter(pk=row.pk, status=working).update(heartbeat_at=timezone.now())
 
     with Heartbeat(beat):
         try:
@@ -146,12 +167,12 @@ def sweep(
       its message was lost with the broker, so it is sent again.
     `resend(row)` names the task for a row (None: nothing can resume it, give it up).
     """
-    silent = model._default_manager.filter(status=working, heartbeat_at__lt=stale_before())
+    silent = _objects(model).filter(status=working, heartbeat_at__lt=stale_before())
     for row in silent.filter(claims__gte=attempts_allowed()):
         give_up(row, f"gave up after {row.claims} attempts: {row.last_failure or WORKER_STOPPED}")
     rows = list(silent.filter(claims__lt=attempts_allowed()))
     if lost_before is not None:
-        rows += model._default_manager.filter(status=waiting, created_at__lt=lost_before)
+        rows += _objects(model).filter(status=waiting, created_at__lt=lost_before)
     sent = []
     for row in rows:
         task = resend(row)

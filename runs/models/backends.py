@@ -1,7 +1,10 @@
 """Backends: the out-of-tree accelerator backends crcr tests and reports for."""
 
+from django.core.exceptions import ValidationError
 from django.db import models
 from django.utils import timezone
+
+from runs.relay import delivery
 
 
 class Backend(models.Model):
@@ -39,3 +42,9 @@ class Backend(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    def clean(self) -> None:
+        """A relay token spec the relay worker could never use is refused where it is typed."""
+        problem = delivery.check_token_spec(self.relay_token, absolute=True)
+        if problem:
+            raise ValidationError({"relay_token": problem})

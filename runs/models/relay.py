@@ -61,5 +61,22 @@ class RelayCallback(models.Model):
         indexes = [models.Index(fields=["status", "next_attempt_at"], name="callback_due")]
         ordering = ["created_at"]
 
+    # The first line of `last_response` of a row held because the backend's relay token
+    # cannot be had; the lines after it hold the detail, for reviewers and admins only
+    # (a file path, an OS error), never for every signed-in viewer.
+    AUTH_MISCONFIGURED = (
+        "relay authentication is misconfigured for this backend — an admin must fix it"
+    )
+
     def __str__(self) -> str:
         return f"{self.job_name} {self.transition} ({self.status})"
+
+    @property
+    def auth_misconfigured(self) -> bool:
+        """Its last try found no usable relay token (see `runs.relay.outbox.deliver`)."""
+        return self.last_response.startswith(self.AUTH_MISCONFIGURED)
+
+    @property
+    def auth_problem(self) -> str:
+        """What exactly is wrong with the token: for reviewers and admins."""
+        return self.last_response.partition("\n")[2] if self.auth_misconfigured else ""

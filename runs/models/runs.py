@@ -66,6 +66,7 @@ class Run(Leased):
         default=list, blank=True, help_text="what moved since the job's last green run"
     )
     error = models.TextField(blank=True, help_text="why the run could not run, if it could not")
+    stage = models.CharField(max_length=300, blank=True, help_text="what planning is doing now")
     created_at = models.DateTimeField(default=timezone.now)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)

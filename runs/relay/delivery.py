@@ -25,16 +25,28 @@ from runs.relay.protocol import AUDIENCE
 
 Outcome = Literal["delivered", "refused", "retry"]
 
+# A Retry-After above this (a relay's bug, or a hostile proxy's) is read as this: an hour
+# is far past any rate-limit window, and a larger wait would park a callback for good.
+RETRY_AFTER_CAP = 3600.0
+
 
 # --- tokens -------------------------------------------------------------------------------
 
 
 class TokenError(Exception):
-    """No bearer token could be had; `retryable` when asking again later may work."""
+    """No bearer token could be had; `retryable` when asking again later may work.
+
+    One that is not retryable is a configuration error (a token file missing, unreadable
+    or empty, no OIDC outside Actions, a malformed spec): only a person can fix it.
+    """
 
     def __init__(self, message: str, *, retryable: bool = False) -> None:
         super().__init__(message)
         self.retryable = retryable
+
+
+class TokenSpecError(TokenError, ValueError):
+    """A token spec that names no provider: a configuration error, and a ValueError."""
 
 
 class TokenProvider(Protocol):
@@ -115,15 +127,38 @@ class GitHubOIDCTokenProvider:
         return value
 
 
+def check_token_spec(spec: str, *, absolute: bool = False) -> str | None:
+    """What is wrong with a token spec (`oidc`, `file:/path/to/secret`, `none`), or None.
+
+    The spec itself is never quoted back: a token pasted in its place would end up in a
+    log or on a page. `absolute` asks a file's path to be absolute, as a backend's must be
+    (the relay worker that reads it does not share the admin's working directory).
+    """
+    if spec in ("oidc", "none"):
+        return None
+    if not spec.startswith("file:"):
+        return (
+            "token spec must be `oidc`, `file:/path/to/token` or `none`; a token itself "
+            "does not go here: write it to a file and give `file:` and that file's path"
+        )
+    path = spec[len("file:") :]
+    if not path or path != path.strip():
+        return "token spec `file:` needs the path of the token file, without spaces around it"
+    if absolute and not Path(path).is_absolute():
+        return "token spec `file:` needs an absolute path (file:/etc/crcr/relay-token)"
+    return None
+
+
 def provider_from_spec(spec: str) -> TokenProvider:
-    """`oidc`, `file:/path/to/secret` or `none`."""
+    """`oidc`, `file:/path/to/secret` or `none`; anything else is a TokenSpecError."""
+    problem = check_token_spec(spec)
+    if problem:
+        raise TokenSpecError(problem)
     if spec == "oidc":
         return GitHubOIDCTokenProvider()
     if spec == "none":
         return NoTokenProvider()
-    if spec.startswith("file:") and len(spec) > len("file:"):
-        return StaticTokenProvider(spec[len("file:") :])
-    raise ValueError(f"token spec must be `oidc`, `file:/path` or `none`, not {spec!r}")
+    return StaticTokenProvider(spec[len("file:") :])
 
 
 # --- sending ------------------------------------------------------------------------------
@@ -198,20 +233,23 @@ def send(
         return Answer(None, f"network error: {reason}", True)
 
 
-def parse_retry_after(value: str | None, now: datetime | None = None) -> float | None:
-    """Seconds from a Retry-After header, in either of its forms (seconds or an HTTP date)."""
+def parse_retry_after(
+    value: str | None, now: datetime | None = None, cap: float = RETRY_AFTER_CAP
+) -> float | None:
+    """Seconds from a Retry-After header, in either of its forms (seconds or an HTTP date),
+    at most `cap`; None when absent or garbled (the caller backs off instead)."""
     if not value:
         return None
     value = value.strip()
-    if value.isdigit():
-        return float(value)
+    if value.isascii() and value.isdigit():
+        return min(cap, float(value))
     try:
         when = parsedate_to_datetime(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return None
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
-    return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
+    return min(cap, max(0.0, (when - (now or datetime.now(UTC))).total_seconds()))
 
 
 def backoff(

@@ -4,26 +4,39 @@ Rows are written with the transition that causes them (a run or shard starting,
 a run finishing) and delivered by a task on the `relay` queue:
 1. claim the row (pending and due) with a conditional update;
 2. a `completed` waits until its job's `in_progress` is delivered;
-3. send; a 2xx delivers, 429/5xx/no answer retry with backoff and jitter, any
-   other answer is final and shown on the run page. A transition refused as a
-   repeat right after a lost answer means that answer had landed: delivered.
+3. send; a 2xx delivers, 429/5xx/no answer retry with backoff and jitter (or
+   the relay's Retry-After, at most an hour), any other answer is final and shown
+   on the run page. A transition refused as a repeat right after a lost answer
+   means that answer had landed: delivered;
+4. no usable relay token (a token file missing, unreadable or empty, a malformed
+   spec) is a configuration error: nothing is sent, the row is held and checked
+   again every quarter of an hour, an ERROR is logged once, and viewers read that
+   an admin must fix it (reviewers and admins read the detail);
+5. a row still undelivered CRCR_RELAY_GIVE_UP_HOURS after it was written is
+   given up (rejected, with the reason): by then the relay has forgotten the
+   dispatch (its state lives 3 days) and would refuse it.
 Modes: per job (each shard is a HUD job) or aggregate (one job per run).
 Nightly and release runs self-report one `completed`; manual runs report nothing.
 """
 
+import logging
 from datetime import timedelta
-from functools import partial
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
+from crcr_site.lib import enqueue
 from runs.models import Backend, Failure, RelayCallback, Run, Shard, Trigger
 from runs.relay import delivery, protocol
 
+logger = logging.getLogger(__name__)
+
 WORKFLOW = "crcr"
+# A row held for want of a relay token is looked at again this often: nothing goes to the
+# relay meanwhile, and the token is read afresh, so a fixed file is picked up unprompted.
+HOLD_SECONDS = 15 * 60
 T, S = RelayCallback.Transition, RelayCallback.Status
 CONCLUSIONS: dict[str, str] = {
     Run.Status.PASSED: "success",
@@ -74,7 +87,7 @@ def _queue(run: Run, transition: str, shard: Shard | None, body: dict[str, Any])
     if created:
         from runs.tasks import deliver_callback
 
-        transaction.on_commit(partial(deliver_callback.delay, callback.pk))
+        enqueue.after_commit(deliver_callback, callback.pk)
 
 
 def _body(run: Run, shard: Shard | None, status: str, **extra: Any) -> dict[str, Any]:
@@ -174,30 +187,23 @@ def deliver(callback_id: int) -> RelayCallback | None:
     ).update(status=S.SENDING, attempts=F("attempts") + 1, next_attempt_at=now):
         return None
     callback = RelayCallback.objects.select_related("run__backend").get(pk=callback_id)
-    if callback.transition == T.COMPLETED:
-        before = _in_progress_status(callback)
-        if before == S.REJECTED:
-            # The relay would refuse a completed whose in_progress never landed.
-            callback.status, callback.last_response = S.REJECTED, "not sent: in_progress refused"
-            callback.save(update_fields=["status", "last_response"])
-            return callback
-        if before not in (None, S.DELIVERED):
-            _release(callback, delay=2, count_attempt=False)
-            return callback
+    if callback.transition == T.COMPLETED and not _in_progress_landed(callback):
+        return callback
     backend = callback.run.backend
     try:
         provider = delivery.provider_from_spec(backend.relay_token)
         answer = delivery.send(backend.relay_url, callback.body, provider)
     except delivery.TokenError as error:
-        answer = delivery.Answer(None, str(error), error.retryable, None)
+        if not error.retryable:
+            return _hold(callback, str(error))
+        answer = delivery.Answer(None, str(error), True, None)
     # The previous attempt's answer was lost: it may have landed.
     previous = callback.last_status_code
     ambiguous = callback.attempts > 1 and (previous is None or previous >= 500)
     outcome = delivery.settle(answer, after_ambiguous=ambiguous)
     callback.last_status_code, callback.last_response = answer.status, answer.text[:4000]
     if outcome == "retry":
-        delay = answer.retry_after or delivery.backoff(callback.attempts)
-        _release(callback, delay=delay)
+        _later(callback, delay=answer.retry_after or delivery.backoff(callback.attempts))
     else:
         callback.status = S.DELIVERED if outcome == "delivered" else S.REJECTED
         callback.delivered_at = timezone.now() if outcome == "delivered" else None
@@ -205,9 +211,10 @@ def deliver(callback_id: int) -> RelayCallback | None:
     return callback
 
 
-def _in_progress_status(callback: RelayCallback) -> str | None:
-    """The state of the same job's in_progress row (None for a self-report)."""
-    return (
+def _in_progress_landed(callback: RelayCallback) -> bool:
+    """Whether a claimed `completed` may go: its job's in_progress was delivered (or it is
+    a self-report, which has none). If not, the row is settled or put back here."""
+    before = (
         RelayCallback.objects.filter(
             delivery_id=callback.delivery_id,
             job_name=callback.job_name,
@@ -215,18 +222,80 @@ def _in_progress_status(callback: RelayCallback) -> str | None:
             hud_run_attempt=callback.hud_run_attempt,
             transition=T.IN_PROGRESS,
         )
-        .values_list("status", flat=True)
+        .values("status", "next_attempt_at")
         .first()
     )
+    if before is None or before["status"] == S.DELIVERED:
+        return True
+    if before["status"] == S.REJECTED:
+        # The relay would refuse a completed whose in_progress never landed.
+        callback.status, callback.last_response = S.REJECTED, "not sent: in_progress refused"
+        callback.save(update_fields=["status", "last_response"])
+        return False
+    callback.attempts -= 1  # nothing was sent
+    # Look again just after the in_progress's own next try, not every few seconds.
+    wait = (before["next_attempt_at"] - timezone.now()).total_seconds() + 1
+    _later(callback, delay=max(2.0, wait))
+    return False
 
 
-def _release(callback: RelayCallback, delay: float, count_attempt: bool = True) -> None:
+def _hold(callback: RelayCallback, problem: str) -> RelayCallback:
+    """No token could be had for a reason only a person can fix: keep the row, say so once.
+
+    Nothing was sent: the attempt is not counted, and the last status code (whether an
+    earlier attempt may have landed) is kept. The ERROR goes out when the row is first
+    held; later looks that find the same trouble stay quiet.
+    """
+    if not callback.auth_misconfigured:
+        logger.error(
+            "relay callback %s (%s of run %s) held: backend %r has no usable relay token "
+            "(relay_token in its profile): %s",
+            callback.uuid, callback.transition, callback.run.uuid,
+            callback.run.backend.slug, problem,
+        )  # fmt: skip
+    callback.attempts -= 1
+    callback.last_response = f"{RelayCallback.AUTH_MISCONFIGURED}\n{problem}"[:4000]
+    _later(callback, delay=HOLD_SECONDS)
+    return callback
+
+
+def _later(callback: RelayCallback, delay: float) -> None:
+    """Put the row back for another try in `delay` seconds, or give it up when it has
+    outlived the relay's memory of its job (CRCR_RELAY_GIVE_UP_HOURS)."""
+    age = timezone.now() - callback.created_at
+    if age > timedelta(hours=settings.CRCR_RELAY_GIVE_UP_HOURS):
+        _give_up(callback, age)
+    else:
+        _release(callback, delay)
+
+
+def _give_up(callback: RelayCallback, age: timedelta) -> None:
+    """Reject a row the relay would no longer take, saying why in plain words."""
+    if callback.auth_misconfigured:
+        last = RelayCallback.AUTH_MISCONFIGURED
+    elif callback.last_response:
+        last = f"{callback.last_status_code or 'no answer'}: {callback.last_response[:300]}"
+    else:
+        last = "none, it was never sent"
+    callback.status = S.REJECTED
+    callback.last_response = (
+        f"gave up after {callback.attempts} attempt(s) over {age.total_seconds() / 3600:.0f} "
+        f"hours (CRCR_RELAY_GIVE_UP_HOURS={settings.CRCR_RELAY_GIVE_UP_HOURS}): the relay "
+        "forgets a job's dispatch 3 days after it and would refuse this callback now. "
+        f"Last answer: {last}"
+    )
+    callback.save(update_fields=["status", "attempts", "last_status_code", "last_response"])
+    logger.error(
+        "relay callback %s (%s of run %s) given up: %s",
+        callback.uuid, callback.transition, callback.run.uuid, callback.last_response,
+    )  # fmt: skip
+
+
+def _release(callback: RelayCallback, delay: float) -> None:
     from runs.tasks import deliver_callback
 
     callback.status = S.PENDING
     callback.next_attempt_at = timezone.now() + timedelta(seconds=delay)
-    if not count_attempt:
-        callback.attempts -= 1
     callback.save(
         update_fields=[
             "status", "next_attempt_at", "attempts", "last_status_code", "last_response"

@@ -113,7 +113,7 @@ class RelaySimulator:
         self._jobs: dict[JobKey, str] = {}
         self._hits: dict[str, deque[float]] = {}
         self._fail_until, self._fail_status = 0.0, 503
-        self._fail_next: deque[int] = deque()
+        self._fail_next: deque[tuple[int, str | None]] = deque()
         self._lose_next: deque[int] = deque()
         self._accepted: list[Accepted] = []
         self._refused: list[Refused] = []
@@ -207,10 +207,13 @@ class RelaySimulator:
         with self._lock:
             self._fail_until, self._fail_status = time.monotonic() + seconds, status
 
-    def fail_next(self, n: int, status: int = 503) -> None:
-        """Answer the next `n` callbacks with `status` (429 comes with Retry-After)."""
+    def fail_next(self, n: int, status: int = 503, retry_after: str | None = None) -> None:
+        """Answer the next `n` callbacks with `status`, with a Retry-After header when one
+        is given (a 429 always has one: one second unless told otherwise)."""
+        if retry_after is None and status == 429:
+            retry_after = "1"
         with self._lock:
-            self._fail_next.extend([status] * n)
+            self._fail_next.extend([(status, retry_after)] * n)
 
     def lose_answers(self, n: int, status: int = 502) -> None:
         """Record the next `n` valid transitions but answer `status`, as when the relay
@@ -234,9 +237,9 @@ class RelaySimulator:
     def _answer_locked(
         self, method: str, path: str, headers: Mapping[str, str], raw: bytes
     ) -> Reply:
-        injected = self._injected_status()
+        injected, retry_after = self._injected_status()
         if injected:
-            extra = {"Retry-After": "1"} if injected == 429 else {}
+            extra = {"Retry-After": retry_after} if retry_after is not None else {}
             return self._refuse(
                 injected, "injected_failure", "simulated relay failure", extra=extra
             )
@@ -319,12 +322,13 @@ class RelaySimulator:
             answer["problems"] = problems
         return status, answer, extra or {}
 
-    def _injected_status(self) -> int | None:
+    def _injected_status(self) -> tuple[int | None, str | None]:
+        """The status (and Retry-After) of an injected failure, or (None, None)."""
         if self._fail_next:
             return self._fail_next.popleft()
         if time.monotonic() < self._fail_until:
-            return self._fail_status
-        return None
+            return self._fail_status, "1" if self._fail_status == 429 else None
+        return None, None
 
     def _rate_limited(self, repo: str) -> int | None:
         """Seconds to wait, or None. Every request counts, refused ones too, as in the relay."""

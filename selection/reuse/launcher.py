@@ -9,8 +9,9 @@ runs with the standard library alone, wherever the bundle is unpacked.
 
 A caller:
 1. describes the combination once with a `TestEnvironment` (`for_device`: the
-   interpreter, and the variables that name the device, the test tree and the
-   seed);
+   interpreter, the worker's variables a test needs, an allow-list that keeps
+   secrets and crcr's settings out, and those that name the device, the test tree
+   and the seed);
 2. describes one process with a `PytestRun`: the tree, the configs, which
    tests (files, or a file of node ids) and the outputs it wants (JUnit XML,
    the reuse JSON report, the progress log, the operator capture);
@@ -23,6 +24,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -32,14 +34,38 @@ from pathlib import Path
 
 # The crcr checkout (or installed tree) the plugins below are imported from.
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
-# crcr's own settings: a test process is not crcr and must not reach its database.
-CRCR_ONLY_VARIABLES = ("DJANGO_SETTINGS_MODULE", "DATABASE_URL", "CELERY_BROKER_URL")
+# What a test process gets of the worker's environment (an allow-list): the system's
+# basics, the interpreter's switches, CI (torch's test harness reads it), torch's, the
+# accelerator runtimes' and the math libraries' variables, and the device's own
+# (`device_prefixes`). Anything else (cloud keys, tokens, proxies, crcr's settings)
+# stays with the worker unless an operator names it in CRCR_TEST_ENV_PASSTHROUGH.
+PASSED_VARIABLES = frozenset(
+    {"PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "LD_LIBRARY_PATH", "CI",
+     "XDG_CACHE_HOME", "PYTHONPATH", "PYTHONHOME", "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE",
+     "PYTHONWARNINGS", "PYTHONFAULTHANDLER", "PYTHONIOENCODING", "PYTHONUTF8", "PYTHONMALLOC",
+     "PYTHONDEVMODE", "PYTHONNOUSERSITE"}
+)  # fmt: skip
+PASSED_PREFIXES = (
+    "LC_", "TORCH", "PYTORCH_", "CUDA_", "CUBLAS_", "CUDNN_", "NCCL_", "NVIDIA_", "HIP_", "HSA_",
+    "ROCM_", "TRITON_", "OMP_", "MKL_", "KMP_",
+)  # fmt: skip
+# Comma-separated names, or NAME* prefixes, an operator lets through as well.
+PASSTHROUGH_VARIABLE = "CRCR_TEST_ENV_PASSTHROUGH"
+# Never passed, whatever a list says: crcr's own settings (a test process is not crcr
+# and must not reach its database or broker).
+CRCR_ONLY_VARIABLES = ("DATABASE_URL", "DJANGO_*", "CELERY_*")
+# A name with one of these looks like a secret: no prefix lets it through, only its
+# own name in the operator's list.
+SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "_KEY", "APIKEY")
+# Devices whose variables are not named after their package: the bundled reference device.
+NAMED_DEVICE_PREFIXES = {"selection.reuse.reference_device": "CRCR_REFDEV_"}
 REUSE_PLUGIN = "crcr_reuse"
 PROGRESS_PLUGIN = "selection.reuse.progress_log"
 CAPTURE_PLUGIN = "selection.opcapture_plugin"
 # The variables `for_device` sets, which a run's metadata records.
 DEVICE_VARIABLES = ("CRCR_REUSE_DEVICE", "PYTHONHASHSEED", "TORCH_ROOT")
 PR_SET_PDEATHSIG = 1
+_PASSTHROUGH_ENTRY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\*?")
 
 
 @dataclass(frozen=True)
@@ -62,11 +88,9 @@ class TestEnvironment:
         tmpdir: Path | None = None,
         extra: Mapping[str, str] | None = None,
     ) -> TestEnvironment:
-        """This process's environment without crcr's settings, plus the device,
-        the tree (`TORCH_ROOT`), a fixed hash seed and crcr on `PYTHONPATH`."""
-        variables = dict(os.environ)
-        for name in CRCR_ONLY_VARIABLES:
-            variables.pop(name, None)
+        """The variables of this process a test needs (`passed_variables`), plus the
+        device, the tree (`TORCH_ROOT`), a fixed hash seed and crcr on `PYTHONPATH`."""
+        variables = passed_variables(os.environ, device_module)
         variables.update(
             TORCH_ROOT=str(tree),
             PYTHONPATH=os.pathsep.join([str(PROJECT_ROOT), variables.get("PYTHONPATH", "")]),
@@ -82,6 +106,59 @@ class TestEnvironment:
 
     def with_variables(self, **variables: str) -> TestEnvironment:
         return replace(self, variables={**self.variables, **variables})
+
+
+def passed_variables(environ: Mapping[str, str], device_module: str | None) -> dict[str, str]:
+    """The variables of `environ` a test process gets.
+
+    1. the allow-list: `PASSED_VARIABLES`, `PASSED_PREFIXES` and the device's own prefixes;
+    2. the operator's CRCR_TEST_ENV_PASSTHROUGH: names, and NAME* prefixes;
+    3. a secret-looking name passes only when the operator's list names it exactly;
+       crcr's own settings never pass.
+    """
+    names, prefixes = passthrough(environ.get(PASSTHROUGH_VARIABLE, ""))
+    prefixes += (*PASSED_PREFIXES, *device_prefixes(device_module))
+    passed = {}
+    for name, value in environ.items():
+        if _matches(name, CRCR_ONLY_VARIABLES):
+            continue
+        if name in names or (
+            (name in PASSED_VARIABLES or name.startswith(prefixes))
+            and not any(word in name.upper() for word in SECRET_WORDS)
+        ):
+            passed[name] = value
+    return passed
+
+
+def passthrough(spec: str) -> tuple[frozenset[str], tuple[str, ...]]:
+    """CRCR_TEST_ENV_PASSTHROUGH as (names, prefixes); a bad entry raises ValueError."""
+    entries = [entry.strip() for entry in spec.split(",") if entry.strip()]
+    bad = [entry for entry in entries if not _PASSTHROUGH_ENTRY.fullmatch(entry)]
+    if bad:
+        raise ValueError(
+            f"{PASSTHROUGH_VARIABLE}: {', '.join(map(repr, bad))} is not a variable name "
+            "or a NAME* prefix (comma-separated)"
+        )
+    names = frozenset(entry for entry in entries if not entry.endswith("*"))
+    return names, tuple(entry[:-1] for entry in entries if entry.endswith("*"))
+
+
+def device_prefixes(device_module: str | None) -> tuple[str, ...]:
+    """The device's own variables: named after its top-level package (`torch_npu` ->
+    TORCH_NPU_*), or CRCR_REFDEV_* for the bundled reference device."""
+    if not device_module:
+        return ()
+    for module, prefix in NAMED_DEVICE_PREFIXES.items():
+        if device_module == module or device_module.startswith(f"{module}."):
+            return (prefix,)
+    return (device_module.split(".")[0].upper() + "_",)
+
+
+def _matches(name: str, patterns: Sequence[str]) -> bool:
+    return any(
+        name.startswith(pattern[:-1]) if pattern.endswith("*") else name == pattern
+        for pattern in patterns
+    )
 
 
 @dataclass(frozen=True)
@@ -182,7 +259,7 @@ class PytestRun:
                 stdout=output,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                preexec_fn=_die_with_parent,
+                preexec_fn=die_with_parent,
             )
 
 
@@ -192,7 +269,7 @@ def kill(process: subprocess.Popen[bytes]) -> None:
     process.wait()
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """In the child: be killed when the worker that started it dies (Linux)."""
     libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)

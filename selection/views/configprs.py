@@ -15,7 +15,12 @@ from pygments.lexers import DiffLexer
 from crcr_site.lib.access import reviewer_required
 from runs.models import Backend
 from selection import configprs
-from selection.forms import ConfigApprovalForm, ConfigCommentForm, OpenChangeForm
+from selection.forms import (
+    ConfigApprovalForm,
+    ConfigCommentForm,
+    ConfigRevisionForm,
+    OpenChangeForm,
+)
 from selection.models import ConfigChange, ConfigVersion
 
 
@@ -58,6 +63,7 @@ def configchange_detail(request: HttpRequest, uuid: str) -> HttpResponse:
     diff = configprs.change_diff(change)
     context = {
         "change": change,
+        "revision": change.revision,  # the forms carry it: an action names the diff shown
         "diff": highlighted(diff) if diff else "",
         "proposals": change.proposals.select_related("reviewer"),
         "conflicts": configprs.conflicts(change),
@@ -85,7 +91,9 @@ def configchange_approve(request: HttpRequest, uuid: str) -> HttpResponse:
     if not form.is_valid():
         return HttpResponseBadRequest(form.errors.as_text())
     try:
-        configprs.approve(change, request.user, form.cleaned_data["comment"])
+        configprs.approve(
+            change, request.user, form.cleaned_data["revision"], form.cleaned_data["comment"]
+        )
     except configprs.ChangeError as error:
         messages.error(request, f"Not approved: {error}.")
     else:
@@ -108,8 +116,11 @@ def configchange_comment(request: HttpRequest, uuid: str) -> HttpResponse:
 @reviewer_required
 def configchange_merge(request: HttpRequest, uuid: str) -> HttpResponse:
     change, back = _act(request, uuid)
+    form = ConfigRevisionForm(request.POST)
+    if not form.is_valid():
+        return HttpResponseBadRequest(form.errors.as_text())
     try:
-        version = configprs.merge(change, request.user)
+        version = configprs.merge(change, request.user, form.cleaned_data["revision"])
     except configprs.ChangeError as error:
         messages.error(request, f"Not merged: {error}.")
         return back

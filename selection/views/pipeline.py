@@ -3,16 +3,14 @@
 Mounted by `selection.urls` (namespace `selection`), like the other pages of the app.
 """
 
-from functools import partial
-
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
-from django.db import transaction
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 from django_htmx.http import HttpResponseStopPolling
 
+from crcr_site.lib import enqueue
 from crcr_site.lib.access import reviewer_required
 from crcr_site.lib.htmx import HtmxHttpRequest
 from runs.models import Backend
@@ -47,7 +45,7 @@ def operator_enable(request: HtmxHttpRequest) -> HttpResponse:
     run = pipeline.start_run(
         backend, SelectionRun.Kind.ENABLE_OP, form.cleaned_data["op"], user=request.user
     )
-    transaction.on_commit(partial(enable_operator.delay, run.pk))
+    enqueue.after_commit(enable_operator, run.pk)
     return redirect("selection:selectionrun_detail", uuid=run.uuid)
 
 

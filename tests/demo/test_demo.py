@@ -56,6 +56,6 @@ def test_the_demo_leaves_a_config_pr_of_what_the_device_verified(db):
     # Its author cannot approve it; the demo's second reviewer can, and then merge it.
     admin, second = (User.objects.get(username=name) for name in ("demo", "demo-reviewer"))
     with pytest.raises(configprs.ChangeError, match="another reviewer must approve"):
-        configprs.approve(change, admin)
-    configprs.approve(change, second)
-    assert configprs.merge(change, second).number == 2
+        configprs.approve(change, admin, change.revision)
+    configprs.approve(change, second, change.revision)
+    assert configprs.merge(change, second, change.revision).number == 2

@@ -29,8 +29,8 @@ def merge_skipping_fill(backend) -> None:
     author, reviewer = make_user("ada", role="reviewer"), make_user("rita", role="reviewer")
     change = configprs.open_change(backend, author)
     assert change is not None
-    configprs.approve(change, reviewer)
-    configprs.merge(change, reviewer)
+    configprs.approve(change, reviewer, change.revision)
+    configprs.merge(change, reviewer, change.revision)
 
 
 def test_a_run_keeps_its_config_version_when_a_new_one_is_merged_mid_run(

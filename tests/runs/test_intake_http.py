@@ -27,6 +27,7 @@ def test_a_merged_pr_into_main_builds_mains_current_head(http, backend, upstream
     run = Run.objects.get(trigger__dispatch=dispatch)
     assert run.pytorch_sha == main_head
     assert run.job_name == "acme" and run.config_version.number == 1
+    wait_for(lambda: run.artifacts.count() == 2, what="planning to register the artifacts")
     assert {a.kind for a in run.artifacts.all()} == {"pytorch", "backend"}
     assert (
         "merged into main" in dispatch.verdict_reason and main_head[:12] in dispatch.verdict_reason

@@ -302,6 +302,28 @@ def test_token_specs_name_a_provider():
         delivery.provider_from_spec("vault:relay")
 
 
+@pytest.mark.parametrize(
+    ("spec", "problem"),
+    [
+        ("ghp_pastedTheTokenItself", "a token itself does not go here"),
+        ("file:", "needs the path"),
+        ("file: /etc/crcr/relay-token", "without spaces"),
+    ],
+)
+def test_a_malformed_token_spec_is_explained_without_quoting_it(spec, problem):
+    with pytest.raises(delivery.TokenSpecError, match=problem) as raised:
+        delivery.provider_from_spec(spec)
+    assert not raised.value.retryable  # a configuration error: only a person can fix it
+    quoted = spec.removeprefix("file:").strip()
+    assert not quoted or quoted not in str(raised.value)
+
+
+def test_a_backends_token_file_must_be_named_by_an_absolute_path():
+    assert delivery.check_token_spec("file:relay-token") is None  # the bridge's own files
+    assert "absolute" in (delivery.check_token_spec("file:relay-token", absolute=True) or "")
+    assert delivery.check_token_spec("file:/etc/crcr/relay-token", absolute=True) is None
+
+
 # --- sending ------------------------------------------------------------------------------
 
 
@@ -361,6 +383,17 @@ def test_retry_after_may_be_an_http_date():
 
     assert delivery.parse_retry_after("Mon, 04 May 2026 12:00:30 GMT", now=now) == 30.0
     assert delivery.parse_retry_after("soon") is None
+
+
+def test_a_retry_after_is_honoured_up_to_an_hour():
+    now = datetime(2026, 5, 4, 12, 0, 0, tzinfo=UTC)
+
+    assert delivery.parse_retry_after("3599") == 3599.0
+    assert delivery.parse_retry_after(str(10**9)) == 3600.0
+    assert delivery.parse_retry_after("9" * 400) == 3600.0
+    assert delivery.parse_retry_after("Tue, 04 May 2027 12:00:00 GMT", now=now) == 3600.0
+    assert delivery.parse_retry_after("-5") is None  # garbled: the caller backs off
+    assert delivery.parse_retry_after("\u0663") is None  # a digit, but not an ASCII one
 
 
 def test_backoff_is_exponential_with_full_jitter_and_a_cap():

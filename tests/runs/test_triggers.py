@@ -4,7 +4,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.urls import reverse
 
-from runs import artifacts, gate, triggers
+from runs import artifacts, gate, planning, triggers
 from runs.models import Artifact, Dispatch, Run, Trigger
 from tests.dispatches import pr_dispatch
 from tests.factories import make_backend, make_config, make_user
@@ -94,6 +94,9 @@ def test_a_run_records_what_changed_since_the_jobs_last_green_run(backend, upstr
 def test_artifacts_are_registered_once_and_verified_by_hash(backend, upstream, tmp_path):
     one = triggers.start_manual(backend, "b" * 40).runs.get()
     two = triggers.start_manual(backend, "c" * 40).runs.get()
+    assert not one.artifacts.exists()  # registered when the run is planned, on a worker
+    planning.prepare_artifacts(one)
+    planning.prepare_artifacts(two)
     assert set(one.artifacts.all()) == set(two.artifacts.all())
     assert Artifact.objects.count() == 2
     for artifact in one.artifacts.all():
@@ -111,6 +114,7 @@ def test_a_build_command_produces_stored_wheels(backend, upstream, settings, tmp
     )
     settings.MEDIA_ROOT = str(tmp_path / "storage")
     run = triggers.start_manual(backend, "b" * 40).runs.get()
+    planning.prepare_artifacts(run)
     wheel = run.artifacts.get()
     assert wheel.kind == "pytorch" and wheel.version == "2.13.0a0"
     assert wheel.file.read() == b"wheel for " + b"b" * 40

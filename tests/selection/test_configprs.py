@@ -74,9 +74,9 @@ def test_the_author_cannot_approve_their_own_change_while_another_reviewer_exist
     approved(backend, "test_sum")
     change = configprs.open_change(backend, rita)
     with pytest.raises(configprs.ChangeError, match="another reviewer"):
-        configprs.approve(change, rita)
+        configprs.approve(change, rita, change.revision)
     assert not change.approvals.exists()
-    configprs.approve(change, otto, "looks right")
+    configprs.approve(change, otto, change.revision, "looks right")
     assert change.approvals.get().reviewer == otto
 
 
@@ -88,7 +88,7 @@ def test_even_a_lone_reviewer_may_not_approve_their_own_change():
     approved(backend, "test_sum")
     change = configprs.open_change(backend, rita)
     with pytest.raises(configprs.ChangeError, match="another reviewer must approve"):
-        configprs.approve(change, rita)
+        configprs.approve(change, rita, change.revision)
     assert not change.approvals.exists()
 
 
@@ -97,7 +97,7 @@ def test_self_approval_is_allowed_when_the_setting_is_off(setup, settings):
     backend, _, rita, _ = setup
     approved(backend, "test_sum")
     change = configprs.open_change(backend, rita)
-    configprs.approve(change, rita)
+    configprs.approve(change, rita, change.revision)
     assert change.approvals.count() == 1
 
 
@@ -117,7 +117,7 @@ def test_an_unapproved_change_is_not_merged(setup):
     approved(backend, "test_sum")
     change = configprs.open_change(backend, rita)
     with pytest.raises(configprs.ChangeError, match="approval"):
-        configprs.merge(change, rita)
+        configprs.merge(change, rita, change.revision)
     assert ConfigVersion.objects.filter(backend=backend).count() == 1
 
 
@@ -125,8 +125,8 @@ def test_merging_creates_the_next_version_and_marks_the_proposals_merged(setup):
     backend, base, rita, otto = setup
     proposal = approved(backend, "test_sum")
     change = configprs.open_change(backend, rita)
-    configprs.approve(change, otto)
-    version = configprs.merge(change, otto)
+    configprs.approve(change, otto, change.revision)
+    version = configprs.merge(change, otto, change.revision)
     assert (version.number, version.parent, version.yaml_text) == (2, base, change.proposed_text)
     assert version.sha256 == ConfigVersion.hash_text(version.yaml_text)
     change.refresh_from_db()
@@ -143,8 +143,8 @@ def two_open_changes(backend, rita, otto):
     first = configprs.open_change(backend, rita)
     approved(backend, "test_passes_today", mode="xfail", reason="fails on the device today")
     second = configprs.open_change(backend, otto)
-    configprs.approve(first, otto)
-    configprs.approve(second, rita)
+    configprs.approve(first, otto, first.revision)
+    configprs.approve(second, rita, second.revision)
     return first, second
 
 
@@ -152,9 +152,9 @@ def test_the_second_merge_from_the_same_base_is_told_to_rebase_and_changes_nothi
     backend, base, rita, otto = setup
     first, second = two_open_changes(backend, rita, otto)
     assert first.base == second.base == base
-    merged = configprs.merge(first, otto)
+    merged = configprs.merge(first, otto, first.revision)
     with pytest.raises(configprs.NeedsRebase, match="rebase"):
-        configprs.merge(second, rita)
+        configprs.merge(second, rita, second.revision)
     second.refresh_from_db()
     assert second.status == ConfigChange.Status.NEEDS_REBASE
     assert configprs.latest_version(backend) == merged
@@ -164,17 +164,17 @@ def test_the_second_merge_from_the_same_base_is_told_to_rebase_and_changes_nothi
 def test_after_a_rebase_the_last_version_holds_every_approved_decision(setup):
     backend, _, rita, otto = setup
     first, second = two_open_changes(backend, rita, otto)
-    configprs.merge(first, otto)
+    configprs.merge(first, otto, first.revision)
     with pytest.raises(configprs.NeedsRebase):
-        configprs.merge(second, rita)
+        configprs.merge(second, rita, second.revision)
     assert configprs.rebase(second, rita) == []
     second.refresh_from_db()
     assert second.status == ConfigChange.Status.OPEN and second.base.number == 2
     assert not second.approvals.exists()  # the approval was for the old text
     with pytest.raises(configprs.ChangeError, match="approval"):
-        configprs.merge(second, otto)
-    configprs.approve(second, rita)
-    last = configprs.merge(second, otto)
+        configprs.merge(second, otto, second.revision)
+    configprs.approve(second, rita, second.revision)
+    last = configprs.merge(second, otto, second.revision)
     entries = pipeline.explicit_entries(last.yaml_text)
     assert entries[("test/test_plain_reuse.py", "TestPlainMath::test_sum")][0] == "skip"
     assert entries[("test/test_plain_reuse.py", "TestPlainMath::test_passes_today")][0] == "xfail"
@@ -193,8 +193,8 @@ def test_a_rebase_shows_a_test_the_new_base_decides_differently(setup):
     # A later pipeline run proposes the same test differently; it is approved too.
     approved(backend, "test_sum", mode="xfail", reason="fails on the device")
     second = configprs.open_change(backend, otto)
-    configprs.approve(first, otto)
-    configprs.merge(first, otto)
+    configprs.approve(first, otto, first.revision)
+    configprs.merge(first, otto, first.revision)
     conflicts = configprs.rebase(second, rita)
     assert [(c.proposal.test_name, c.mode, c.proposal.mode) for c in conflicts] == [
         ("test_sum", "skip", "xfail")
@@ -205,8 +205,8 @@ def test_a_merged_version_exports_as_a_patch_git_applies(setup, tmp_path):
     backend, base, rita, otto = setup
     approved(backend, "test_sum", reason="sums on the host only")
     change = configprs.open_change(backend, rita)
-    configprs.approve(change, otto)
-    version = configprs.merge(change, otto)
+    configprs.approve(change, otto, change.revision)
+    version = configprs.merge(change, otto, change.revision)
     (tmp_path / "crcr-config.yaml").write_text(base.yaml_text)
     (tmp_path / "v2.patch").write_text(configprs.patch(version))
     subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
@@ -217,21 +217,30 @@ def test_a_merged_version_exports_as_a_patch_git_applies(setup, tmp_path):
 # -- through the views -------------------------------------------------------------------------
 
 
+def approve_url(change):
+    return reverse("selection:configchange_approve", args=[change.uuid])
+
+
+def merge_url(change):
+    return reverse("selection:configchange_merge", args=[change.uuid])
+
+
 def test_the_second_merge_through_the_page_is_told_to_rebase(client, setup):
     backend, _, rita, otto = setup
     first, second = two_open_changes(backend, rita, otto)
     client.force_login(otto)
-    client.post(reverse("selection:configchange_merge", args=[first.uuid]))
+    client.post(merge_url(first), {"revision": first.revision})
     client.force_login(rita)
-    response = client.post(reverse("selection:configchange_merge", args=[second.uuid]), follow=True)
+    response = client.post(merge_url(second), {"revision": second.revision}, follow=True)
     assert "rebase" in response.content.decode()
     assert b">Rebase</button>" in response.content
     second.refresh_from_db()
     assert second.status == ConfigChange.Status.NEEDS_REBASE
     assert ConfigVersion.objects.filter(backend=backend).count() == 2
     client.post(reverse("selection:configchange_rebase", args=[second.uuid]))
-    client.post(reverse("selection:configchange_approve", args=[second.uuid]))  # otto opened it
-    response = client.post(reverse("selection:configchange_merge", args=[second.uuid]), follow=True)
+    second.refresh_from_db()
+    client.post(approve_url(second), {"revision": second.revision})  # otto opened it
+    response = client.post(merge_url(second), {"revision": second.revision}, follow=True)
     assert "Merged as Acme config v3" in response.content.decode()
     last = configprs.latest_version(backend)
     assert "TestPlainMath::test_sum" in last.yaml_text
@@ -281,8 +290,8 @@ def test_the_merged_version_downloads_as_yaml_and_as_a_patch(client, setup):
     backend, _, rita, otto = setup
     approved(backend, "test_sum")
     change = configprs.open_change(backend, rita)
-    configprs.approve(change, otto)
-    version = configprs.merge(change, otto)
+    configprs.approve(change, otto, change.revision)
+    version = configprs.merge(change, otto, change.revision)
     client.force_login(make_user("vera", "viewer"))
     response = client.get(reverse("selection:configversion_yaml", args=[version.uuid]))
     assert response["Content-Disposition"] == 'attachment; filename="crcr-config.yaml"'

@@ -3,14 +3,14 @@
 import pytest
 
 from selection.models import SelectionRun
-from tests.factories import PASSWORD, make_backend, make_user
+from tests.factories import make_backend, make_user
 
 pytestmark = pytest.mark.django_db
 
 
 def signed_in(client, role):
     user = make_user(role, role)
-    client.login(username=user.username, password=PASSWORD)
+    client.force_login(user)
     return user
 
 

@@ -91,7 +91,9 @@ def test_a_reviewer_filters_edits_bulk_approves_and_a_second_reviewer_merges(
     expect(page.get_by_role("button", name="Approve")).to_have_count(0)
     # Nothing to merge until another reviewer approved: no Merge button, the reason instead.
     expect(page.get_by_role("button", name="Merge")).to_have_count(0)
-    expect(page.get_by_text("It can be merged once another reviewer approved it")).to_be_visible()
+    expect(
+        page.get_by_text("It can be merged once another reviewer approved this revision")
+    ).to_be_visible()
     change_url = page.url
 
     page.get_by_role("button", name="Sign out").click()

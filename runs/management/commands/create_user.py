@@ -1,9 +1,9 @@
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.core.management.base import BaseCommand, CommandError
-from rest_framework.authtoken.models import Token
 
 from crcr_site.lib.access import ADMIN, ROLES
+from runs.models import ApiToken
 
 
 class Command(BaseCommand):
@@ -13,7 +13,11 @@ class Command(BaseCommand):
         parser.add_argument("username")
         parser.add_argument("--role", choices=ROLES, required=True)
         parser.add_argument("--password", help="omit to create a token-only machine user")
-        parser.add_argument("--token", action="store_true", help="print an API token")
+        parser.add_argument(
+            "--token",
+            action="store_true",
+            help="issue a new API token and print its key (shown only this once)",
+        )
 
     def handle(self, *args, username, role, password, token, **options):
         if not username.strip():
@@ -28,4 +32,6 @@ class Command(BaseCommand):
         user.groups.set([Group.objects.get_or_create(name=role)[0]])
         self.stdout.write(f"{'created' if created else 'updated'} {username} as {role}")
         if token:
-            self.stdout.write(f"token: {Token.objects.get_or_create(user=user)[0].key}")
+            # Only the key's hash is stored: this is the one time it can be read.
+            _, key = ApiToken.issue(user, name="create_user --token")
+            self.stdout.write(f"token: {key}")

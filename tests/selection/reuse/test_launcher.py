@@ -7,6 +7,8 @@ import textwrap
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
 from selection.reuse.launcher import PytestRun, TestEnvironment
 
 REPORTS_ENV = textwrap.dedent(
@@ -53,6 +55,81 @@ def test_a_test_process_gets_the_tree_and_seed_but_none_of_crcrs_settings(tmp_pa
     assert seen["TMPDIR"] == str(tmp_path / "tmp") and (tmp_path / "tmp").is_dir()
     assert seen["EXTRA"] == "yes"
     assert seen["python"] == sys.executable
+
+
+WRITES_ITS_VARIABLES = textwrap.dedent(
+    """
+    import json, os
+
+    def test_writes_the_names_of_its_variables():
+        with open(os.environ["OUT"], "w") as out:
+            json.dump(sorted(os.environ), out)
+    """
+)
+
+
+def test_a_test_process_gets_only_the_variables_on_the_allow_list_and_the_operators(
+    tmp_path, monkeypatch
+):
+    planted = {
+        "AWS_SECRET_ACCESS_KEY": "wJalrXUtnFEMI",
+        "AWS_REGION": "eu-west-1",
+        "DATABASE_URL": "postgres://crcr-only@127.0.0.1/crcr",
+        "GITHUB_TOKEN": "ghp_planted",
+        "CELERY_RESULT_BACKEND": "redis://127.0.0.1:6379/1",
+        "HTTPS_PROXY": "http://proxy.internal:3128",
+        "TORCH_HUB_TOKEN": "planted",  # an allowed prefix, but it looks like a secret
+        "SOME_UNRELATED_SETTING": "x",
+        "PYTORCH_TEST_WITH_SLOW": "1",
+        "OMP_NUM_THREADS": "2",
+        "ACME_VISIBLE_CORES": "0,1",  # the device's own prefix (package `acme`)
+        "VENDOR_LICENSE_SERVER": "lic.internal:27000",  # listed by name
+        "VENDOR_SDK_ROOT": "/opt/vendor",  # listed by prefix
+        "VENDOR_SDK_TOKEN": "planted",  # a prefix does not let a secret through
+        "VENDOR_API_TOKEN": "needed",  # named exactly: the operator chose it
+        "CRCR_TEST_ENV_PASSTHROUGH": "VENDOR_LICENSE_SERVER, VENDOR_SDK_*,VENDOR_API_TOKEN",
+    }
+    for name, value in planted.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "test_names.py").write_text(WRITES_ITS_VARIABLES)
+    out = tmp_path / "names.json"
+    environment = TestEnvironment.for_device(
+        "acme.register", tree, tmpdir=tmp_path / "tmp", extra={"OUT": str(out)}
+    )
+    # -p no:crcr_reuse: the device module named above does not exist here.
+    plain = ["-p", "no:django", "-p", "no:crcr_reuse"]
+    completed = PytestRun(environment, tree, extra_args=plain).run(timeout=120)
+
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    names = set(json.loads(out.read_text()))
+    never = {"AWS_SECRET_ACCESS_KEY", "AWS_REGION", "DATABASE_URL", "GITHUB_TOKEN",
+             "CELERY_RESULT_BACKEND", "CELERY_BROKER_URL", "DJANGO_SETTINGS_MODULE",
+             "HTTPS_PROXY", "TORCH_HUB_TOKEN", "SOME_UNRELATED_SETTING", "VENDOR_SDK_TOKEN"}  # fmt: skip
+    assert not names & never, names & never
+    assert {"PATH", "HOME", "PYTORCH_TEST_WITH_SLOW", "OMP_NUM_THREADS", "ACME_VISIBLE_CORES",
+            "VENDOR_LICENSE_SERVER", "VENDOR_SDK_ROOT", "VENDOR_API_TOKEN"} <= names  # fmt: skip
+    # What the launcher sets itself is still there.
+    assert {"TORCH_ROOT", "PYTHONHASHSEED", "PYTHONPATH", "TMPDIR", "OUT"} <= names
+
+
+def test_the_reference_devices_own_variables_reach_its_tests_but_not_a_cpu_process(monkeypatch):
+    monkeypatch.setenv("CRCR_REFDEV_FAULTS", "/profiles/none.yaml")
+    monkeypatch.setenv("CRCR_LLM_KEY_FILE", "/etc/crcr/llm-key")
+    device = TestEnvironment.for_device("selection.reuse.reference_device", Path("/tree"))
+    cpu = TestEnvironment.for_device(None, Path("/tree"))
+
+    assert device.variables["CRCR_REFDEV_FAULTS"] == "/profiles/none.yaml"
+    assert "CRCR_REFDEV_FAULTS" not in cpu.variables
+    assert "CRCR_LLM_KEY_FILE" not in device.variables
+
+
+def test_a_passthrough_list_that_is_not_names_is_refused(monkeypatch):
+    monkeypatch.setenv("CRCR_TEST_ENV_PASSTHROUGH", "GOOD_NAME,*")
+    with pytest.raises(ValueError, match="CRCR_TEST_ENV_PASSTHROUGH: '\\*'"):
+        TestEnvironment.for_device(None, Path("/tree"))
 
 
 def test_a_process_runs_only_the_ids_it_is_given_and_writes_the_outputs_asked_for(tmp_path):
