@@ -259,6 +259,20 @@ CRCR_DISPATCH_MAX_BYTES = env_int("CRCR_DISPATCH_MAX_BYTES", 256 * 1024, minimum
 # refuses callbacks it no longer knows, so retrying longer only adds noise; a relay down
 # for hours, even a day or two, loses nothing.
 CRCR_RELAY_GIVE_UP_HOURS = env_int("CRCR_RELAY_GIVE_UP_HOURS", 72, minimum=1)
+# A reporter's claim on due callbacks (runs/relay/claims.py) lasts this long; one that
+# died is noticed when it runs out and the next reporter resends.
+CRCR_RELAY_LEASE_SECONDS = env_int("CRCR_RELAY_LEASE_SECONDS", 300, minimum=10)
+# A HUD job whose in_progress landed this long ago and whose completed is not written yet is
+# reported `timed_out` by crcr: the relay's sweeper does so at 6 hours (ZOMBIE_TIMEOUT_SECONDS)
+# and then refuses the job's completed; the hour left covers a lost answer's retries.
+CRCR_RELAY_IN_PROGRESS_DEADLINE_MINUTES = env_int(
+    "CRCR_RELAY_IN_PROGRESS_DEADLINE_MINUTES", 300, minimum=1
+)
+if CRCR_RELAY_IN_PROGRESS_DEADLINE_MINUTES >= 360:
+    raise ImproperlyConfigured(
+        f"CRCR_RELAY_IN_PROGRESS_DEADLINE_MINUTES={CRCR_RELAY_IN_PROGRESS_DEADLINE_MINUTES} "
+        "is not under the relay's 6-hour sweeper (360 minutes), which would time the job out first"
+    )
 # Config PRs: the author may not approve their own change while another reviewer exists.
 CRCR_FORBID_SELF_APPROVAL = env_bool("CRCR_FORBID_SELF_APPROVAL", True)
 

@@ -27,6 +27,18 @@ class BackendForm(forms.ModelForm):
     remove_webhook_secret = forms.BooleanField(
         required=False, help_text="Unset the secret: webhooks for this backend are refused."
     )
+    relay_sender = forms.ChoiceField(
+        choices=models.Backend.RelaySender.choices,
+        required=False,  # a form without it keeps the backend's current sender
+        widget=forms.RadioSelect,
+        label="Who sends the HUD callbacks",
+        help_text="PyTorch's relay needs the GitHub Actions reporter (relay token: none); the "
+        "relay worker is only for relays that accept a static token (the relay simulator, "
+        "a self-hosted relay).",
+    )
+
+    def clean_relay_sender(self) -> str:
+        return self.cleaned_data.get("relay_sender") or self.instance.relay_sender
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
@@ -54,6 +66,7 @@ class BackendAdmin(admin.ModelAdmin):
         "device_module",
         "repository",
         "relay_mode",
+        "relay_sender",
         "webhook_secret_set",
     ]
     prepopulated_fields = {"slug": ["name"]}
@@ -61,9 +74,23 @@ class BackendAdmin(admin.ModelAdmin):
 
     def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
         secret = ["webhook_secret_set", "new_webhook_secret", "remove_webhook_secret"]
-        fields = [name for name in self.get_fields(request, obj) if name not in secret]
+        relay = ["relay_mode", "relay_sender", "relay_url", "relay_token"]
+        fields = [name for name in self.get_fields(request, obj) if name not in secret + relay]
         return [
             (None, {"fields": fields}),
+            (
+                "HUD relay",
+                {
+                    "fields": relay,
+                    "description": "PyTorch's relay accepts only an OIDC token that a GitHub "
+                    "Actions job mints, so for it a reporter workflow in the backend's "
+                    "repository (runs/relay/workflows/crcr-report.yml) claims the due callbacks "
+                    "from crcr and sends them, and crcr holds no relay credential; in aggregate "
+                    "mode the bridge job (crcr-bridge.yml) reports dispatched runs itself. "
+                    "crcr's own relay worker sends them only for relays that accept a static "
+                    "token: the relay simulator, a self-hosted relay.",
+                },
+            ),
             (
                 "GitHub webhook secret",
                 {

@@ -1,8 +1,10 @@
-"""Machine API of the runs app: dispatch intake, GitHub webhooks, runs."""
+"""Machine API of the runs app: dispatch intake, GitHub webhooks, runs, HUD reporters."""
 
 from typing import Any
 
 from django.shortcuts import get_object_or_404
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema
 from rest_framework import generics, status
 from rest_framework.permissions import AllowAny, IsAuthenticated
 from rest_framework.request import Request
@@ -11,8 +13,16 @@ from rest_framework.views import APIView
 
 from crcr_site.lib.access import IsMachine, RoleTokenAuthentication
 from runs import dispatch as intake
-from runs.models import Backend, Dispatch, Run
-from runs.serializers import DispatchOutSerializer, RunSerializer
+from runs.models import Backend, Dispatch, RelayCallback, Run
+from runs.relay import claims, delivery
+from runs.serializers import (
+    CallbackAnswerSerializer,
+    CallbackClaimSerializer,
+    CallbackStateSerializer,
+    ClaimedCallbackSerializer,
+    DispatchOutSerializer,
+    RunSerializer,
+)
 
 
 class TokenAPIView(APIView):
@@ -115,3 +125,73 @@ class RunDetailAPI(generics.RetrieveAPIView):
     serializer_class = RunSerializer
     queryset = Run.objects.select_related("backend")
     lookup_field = "uuid"
+
+
+class IsReporter(IsMachine):
+    message = "Reporting to the HUD needs the machine role (manage.py create_user --role machine)."
+
+
+class CallbackClaimAPI(TokenAPIView):
+    """POST: a GitHub Actions reporter claims the backend's due HUD callbacks on a lease."""
+
+    # What a reporter sends reaches the HUD under the backend's name: machine tokens only.
+    permission_classes = [IsAuthenticated, IsReporter]
+
+    @extend_schema(
+        request=CallbackClaimSerializer,
+        responses={200: OpenApiTypes.OBJECT, 409: OpenApiTypes.OBJECT},
+        operation_id="callback_claim",
+    )
+    def post(self, request: Request) -> Response:
+        try:
+            backend = _backend_for(request)
+        except intake.IntakeError as error:
+            return _refuse(error)
+        if backend.relay_sender != Backend.RelaySender.ACTIONS:
+            problem = (
+                f"backend {backend.slug!r} sends its HUD callbacks from crcr's relay worker "
+                "(relay_sender worker): set it to actions for a GitHub Actions reporter"
+            )
+            return Response({"error": problem}, status=status.HTTP_409_CONFLICT)
+        serializer = CallbackClaimSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        claim = claims.claim(backend, claims.Reporter(**data["reporter"]), data["limit"])
+        return Response(
+            {
+                "lease": {
+                    "id": claim.lease,
+                    "until": claim.lease_until,
+                    "seconds": claims.lease_seconds(),
+                },
+                "callbacks": ClaimedCallbackSerializer(claim.callbacks, many=True).data,
+            }
+        )
+
+
+class CallbackAnswerAPI(TokenAPIView):
+    """POST the relay's answer to a claimed callback; the outbox settles it."""
+
+    permission_classes = [IsAuthenticated, IsReporter]
+
+    @extend_schema(
+        request=CallbackAnswerSerializer,
+        responses={200: CallbackStateSerializer, 409: OpenApiTypes.OBJECT},
+        operation_id="callback_answer",
+    )
+    def post(self, request: Request, uuid: str) -> Response:
+        serializer = CallbackAnswerSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        answer = None
+        if data["sent"]:
+            answer = delivery.answer_of(data["status"], data["text"], data["retry_after"])
+        callback = claims.settle_reported(str(uuid), data["lease"], answer)
+        if callback is None:
+            get_object_or_404(RelayCallback, uuid=uuid)
+            problem = (
+                "this lease is no longer held (it ran out and the callback was taken back); "
+                "its next try settles it"
+            )
+            return Response({"error": problem, "lease_lost": True}, status=status.HTTP_409_CONFLICT)
+        return Response(CallbackStateSerializer(callback).data)

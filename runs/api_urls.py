@@ -11,4 +11,10 @@ urlpatterns = [
     path("whoami/", api.WhoAmIAPI.as_view(), name="whoami"),
     path("runs/", api.RunListAPI.as_view(), name="run_list"),
     path("runs/<uuid:uuid>/", api.RunDetailAPI.as_view(), name="run_detail"),
+    path("relay/claim/", api.CallbackClaimAPI.as_view(), name="callback_claim"),
+    path(
+        "relay/callbacks/<uuid:uuid>/answer/",
+        api.CallbackAnswerAPI.as_view(),
+        name="callback_answer",
+    ),
 ]

@@ -5,7 +5,7 @@ from typing import Any
 
 from rest_framework import serializers
 
-from runs.models import Dispatch, Run
+from runs.models import Dispatch, RelayCallback, Run
 
 SHA = re.compile(r"^[0-9a-f]{40}$")
 
@@ -121,6 +121,60 @@ class DispatchOutSerializer(serializers.ModelSerializer):
             return self.context["runs"]
         trigger = getattr(dispatch, "trigger", None)
         return [str(run.uuid) for run in trigger.runs.all()] if trigger else []
+
+
+class ReporterSerializer(serializers.Serializer):
+    """The GitHub Actions run a reporter runs in: the HUD job identity it reports under."""
+
+    run_id = serializers.RegexField(r"^[0-9]{1,20}$", help_text="GITHUB_RUN_ID")
+    run_attempt = serializers.RegexField(r"^[0-9]{1,10}$", help_text="GITHUB_RUN_ATTEMPT")
+    url = serializers.URLField(max_length=500, help_text="the Actions run's page")
+    workflow = serializers.CharField(max_length=200, help_text="GITHUB_WORKFLOW")
+
+
+class CallbackClaimSerializer(serializers.Serializer):
+    reporter = ReporterSerializer()
+    limit = serializers.IntegerField(min_value=1, max_value=50, default=10)
+
+
+class ClaimedCallbackSerializer(serializers.ModelSerializer):
+    """A claimed callback: what to send, and where to write the relay's answer back."""
+
+    run = serializers.UUIDField(source="run.uuid", read_only=True)
+    body = serializers.SerializerMethodField()
+    answer_url = serializers.SerializerMethodField()
+
+    class Meta:
+        model = RelayCallback
+        fields = ["uuid", "run", "job_name", "transition", "attempts", "body", "answer_url"]
+
+    def get_body(self, callback: RelayCallback) -> dict[str, Any]:
+        return callback.outgoing_body()
+
+    def get_answer_url(self, callback: RelayCallback) -> str:
+        return f"/api/relay/callbacks/{callback.uuid}/answer/"
+
+
+class CallbackAnswerSerializer(serializers.Serializer):
+    """The relay's answer to a claimed callback, as the reporter got it."""
+
+    lease = serializers.CharField(max_length=200)
+    sent = serializers.BooleanField(default=True, help_text="false: given back unsent")
+    status = serializers.IntegerField(
+        min_value=100, max_value=599, allow_null=True, default=None, help_text="null: no answer"
+    )
+    text = serializers.CharField(
+        allow_blank=True, default="", max_length=20000, trim_whitespace=False
+    )
+    retry_after = serializers.CharField(
+        allow_null=True, default=None, max_length=200, help_text="the Retry-After header"
+    )
+
+
+class CallbackStateSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = RelayCallback
+        fields = ["uuid", "status", "attempts", "next_attempt_at", "last_status_code"]
 
 
 def flatten_errors(errors: Any, prefix: str = "") -> list[str]:

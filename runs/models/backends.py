@@ -14,6 +14,13 @@ class Backend(models.Model):
         PER_JOB = "per_job", "per job (each shard is a HUD job)"
         AGGREGATE = "aggregate", "aggregate (one HUD job per run)"
 
+    class RelaySender(models.TextChoices):
+        """Who sends the callbacks: PyTorch's relay takes only an OIDC token that a GitHub
+        Actions job mints, so only a reporter workflow can reach it; a worker cannot."""
+
+        ACTIONS = "actions", "a GitHub Actions reporter (crcr-report.yml): PyTorch's relay"
+        WORKER = "worker", "crcr's relay worker: only for relays that accept a static token"
+
     slug = models.SlugField(unique=True)
     name = models.CharField(max_length=200)
     device_module = models.CharField(
@@ -33,9 +40,20 @@ class Backend(models.Model):
     relay_mode = models.CharField(
         max_length=20, choices=RelayMode.choices, default=RelayMode.AGGREGATE
     )
-    relay_url = models.URLField(blank=True, help_text="CRCR callback endpoint; empty: none")
+    relay_sender = models.CharField(
+        max_length=10,
+        choices=RelaySender.choices,
+        default=RelaySender.WORKER,
+        help_text="who sends this backend's HUD callbacks to the relay",
+    )
+    relay_url = models.URLField(
+        blank=True, help_text="CRCR callback endpoint; empty: this backend reports nothing"
+    )
     relay_token = models.CharField(
-        max_length=300, default="none", help_text="oidc, file:/path/to/token or none"
+        max_length=300,
+        default="none",
+        help_text="file:/path/to/token or none: the relay worker's credential (none with a "
+        "GitHub Actions reporter, which mints its own)",
     )
     webhook_secret = models.CharField(max_length=200, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
@@ -44,7 +62,24 @@ class Backend(models.Model):
         return self.name
 
     def clean(self) -> None:
-        """A relay token spec the relay worker could never use is refused where it is typed."""
+        """A relay token spec the relay worker could never use is refused where it is typed,
+        and so is a credential crcr should not hold: with a GitHub Actions reporter the
+        workers hold none, and a worker cannot mint the OIDC token PyTorch's relay wants."""
         problem = delivery.check_token_spec(self.relay_token, absolute=True)
         if problem:
             raise ValidationError({"relay_token": problem})
+        if self.relay_sender == self.RelaySender.ACTIONS and self.relay_token.startswith("file:"):
+            raise ValidationError(
+                {
+                    "relay_token": "with a GitHub Actions reporter crcr holds no relay "
+                    "credential (the reporter mints its own OIDC token): set none"
+                }
+            )
+        if self.relay_sender == self.RelaySender.WORKER and self.relay_token == "oidc":
+            raise ValidationError(
+                {
+                    "relay_sender": "a Celery worker cannot mint a GitHub Actions OIDC token: "
+                    "for PyTorch's relay choose the GitHub Actions reporter (and relay token "
+                    "none); the relay worker is only for relays that accept a static token"
+                }
+            )

@@ -1,12 +1,47 @@
 """The relay outbox: CRCR callbacks waiting to be delivered to the HUD."""
 
 import uuid
+from datetime import datetime, timedelta
+from typing import Any
 
 from django.db import models
+from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
 from runs.models.results import Shard
 from runs.models.runs import Run
+
+
+class RelayCallbackQuerySet(models.QuerySet["RelayCallback"]):
+    def due(self, now: datetime | None = None) -> "RelayCallbackQuerySet":
+        """Rows to send now, in the outbox's order, for the relay worker and for reporters
+        alike: pending, their time come, and a `completed` only once its job's
+        `in_progress` is no longer pending or being sent (it is sent after it, or refused)."""
+        unsent_start = RelayCallback.objects.filter(
+            delivery_id=OuterRef("delivery_id"),
+            job_name=OuterRef("job_name"),
+            hud_run_id=OuterRef("hud_run_id"),
+            hud_run_attempt=OuterRef("hud_run_attempt"),
+            transition=RelayCallback.Transition.IN_PROGRESS,
+            status__in=(RelayCallback.Status.PENDING, RelayCallback.Status.SENDING),
+        )
+        return (
+            self.filter(
+                status=RelayCallback.Status.PENDING, next_attempt_at__lte=now or timezone.now()
+            )
+            .exclude(Q(transition=RelayCallback.Transition.COMPLETED) & Exists(unsent_start))
+            .order_by("created_at", "pk")
+        )
+
+    def release_expired_leases(self, now: datetime | None = None) -> int:
+        """Rows whose sender died holding them are pending again. Its answer is lost, so
+        the next try is ambiguous (no status code): a repeat refused then means it landed.
+        A row claimed without a lease (by code older than leases) had 5 minutes."""
+        now = now or timezone.now()
+        unleased = Q(lease_until=None, next_attempt_at__lte=now - timedelta(minutes=5))
+        return self.filter(
+            Q(lease_until__lte=now) | unleased, status=RelayCallback.Status.SENDING
+        ).update(status=RelayCallback.Status.PENDING, last_status_code=None)
 
 
 class RelayCallback(models.Model):
@@ -42,6 +77,18 @@ class RelayCallback(models.Model):
     last_response = models.TextField(blank=True)
     created_at = models.DateTimeField(default=timezone.now)
     delivered_at = models.DateTimeField(null=True, blank=True)
+    # Who holds (or last held) the row while sending it, and until when: the relay
+    # worker, or one claim of a GitHub Actions reporter (its lease id).
+    claimed_by = models.CharField(max_length=200, blank=True)
+    lease_until = models.DateTimeField(null=True, blank=True)
+    # The Actions run that reports this HUD job, fixed when a reporter first claims one of
+    # the job's rows, so that its in_progress and completed carry the same identity even
+    # when two reporter runs send them. Empty: the body's own (crcr's relay worker).
+    reported_run_id = models.CharField(max_length=100, blank=True)
+    reported_run_attempt = models.CharField(max_length=20, blank=True)
+    reported_url = models.CharField(max_length=500, blank=True)
+
+    objects = RelayCallbackQuerySet.as_manager()
 
     class Meta:
         constraints = [
@@ -70,6 +117,43 @@ class RelayCallback(models.Model):
 
     def __str__(self) -> str:
         return f"{self.job_name} {self.transition} ({self.status})"
+
+    def job(self) -> RelayCallbackQuerySet:
+        """This row and the other transition of its HUD job."""
+        return RelayCallback.objects.filter(
+            delivery_id=self.delivery_id,
+            job_name=self.job_name,
+            hud_run_id=self.hud_run_id,
+            hud_run_attempt=self.hud_run_attempt,
+        )
+
+    def adopt_job_identity(self) -> bool:
+        """Take the reporting Actions run its HUD job already has (a row written after the
+        job's other row was claimed by a reporter); whether this row has one now."""
+        if not self.reported_run_id:
+            fixed = self.job().exclude(reported_run_id="").values(*self.IDENTITY).first()
+            if fixed is not None:
+                RelayCallback.objects.filter(pk=self.pk).update(**fixed)
+                for name, value in fixed.items():
+                    setattr(self, name, value)
+        return bool(self.reported_run_id)
+
+    # The fields that fix a HUD job's identity at the relay, besides crcr's own key.
+    IDENTITY = ("reported_run_id", "reported_run_attempt", "reported_url", "workflow_name")
+
+    def outgoing_body(self) -> dict[str, Any]:
+        """The body to send: as written, under the reporting Actions run once one is fixed
+        (`run_id`, `run_attempt` and `url` name it; `artifact_url` stays crcr's run page)."""
+        if not self.reported_run_id:
+            return self.body
+        workflow = {
+            **self.body["workflow"],
+            "name": self.workflow_name,
+            "run_id": self.reported_run_id,
+            "run_attempt": self.reported_run_attempt,
+            "url": self.reported_url,
+        }
+        return {**self.body, "workflow": workflow}
 
     @property
     def auth_misconfigured(self) -> bool:

@@ -115,13 +115,16 @@ class Crcr:
         self.base_url, self.token = base_url.rstrip("/"), token
         self.retry_for, self.retry_base = retry_for, retry_base
 
-    def call(self, method: str, path: str, body: Any = None) -> dict[str, Any]:
-        """JSON from crcr; 4xx raise Exit(2), lasting 5xx or network errors Exit(3)."""
+    def call(
+        self, method: str, path: str, body: Any = None, *, expected: tuple[int, ...] = ()
+    ) -> dict[str, Any]:
+        """JSON from crcr; 4xx (but the `expected` ones, answered like a 2xx) raise Exit(2),
+        lasting 5xx or network errors Exit(3)."""
         deadline = time.monotonic() + self.retry_for
         attempt = 0
         while True:
             status, text = self._once(method, path, body)
-            if status is not None and 200 <= status < 300:
+            if status is not None and (200 <= status < 300 or status in expected):
                 try:
                     answer = json.loads(text)
                 except ValueError:

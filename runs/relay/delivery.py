@@ -221,16 +221,21 @@ def send(
     request = urllib.request.Request(url.rstrip("/"), data=data, headers=headers, method="POST")
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
-            return Answer(response.status, response.read().decode(errors="replace"), False)
+            return answer_of(response.status, response.read().decode(errors="replace"))
     except urllib.error.HTTPError as error:
         text = error.read().decode(errors="replace")
-        retryable = error.code == 429 or error.code >= 500
-        return Answer(
-            error.code, text, retryable, parse_retry_after(error.headers.get("Retry-After"))
-        )
+        return answer_of(error.code, text, error.headers.get("Retry-After"))
     except (OSError, http.client.HTTPException) as error:
         reason = getattr(error, "reason", None) or error
-        return Answer(None, f"network error: {reason}", True)
+        return answer_of(None, f"network error: {reason}")
+
+
+def answer_of(status: int | None, text: str, retry_after: str | None = None) -> Answer:
+    """An answer as it came (`status` None: none came), retryable only on 429, 5xx and no
+    answer; also how crcr reads an answer a reporter in GitHub Actions writes back."""
+    retryable = status is None or status == 429 or status >= 500
+    wait = parse_retry_after(retry_after) if status is not None else None
+    return Answer(status, text, retryable, wait)
 
 
 def parse_retry_after(

@@ -30,8 +30,13 @@ MAX_MESSAGE_BYTES = 1024
 MAX_STACKTRACE_BYTES = 4096
 MAX_NAME_BYTES = 1024
 MAX_TRIAGE_SUMMARY = 1000
-# The HUD's body parser refuses more than 2 MB, and the relay passes that 413 back.
+# The HUD's body parser refuses more than 2 MB, and the relay passes that 413 back. The limit
+# applies to the relay's forward, which wraps crcr's body: see `relay_forward` below.
 MAX_BODY_BYTES = 2 * 1024 * 1024
+# Room kept on top of the measured wrapper (`RELAY_WRAPPER_BYTES`) for keys a later relay may
+# add to its trusted block; a body whose forward would pass MAX_FORWARD_BYTES is trimmed.
+WRAPPER_MARGIN_BYTES = 1024
+MAX_FORWARD_BYTES = MAX_BODY_BYTES - WRAPPER_MARGIN_BYTES
 ELLIPSIS = "…"
 
 _SHA = re.compile(r"^[0-9a-f]{40}$")
@@ -85,7 +90,8 @@ def build_callback(
     Steps: echo `event_type`, `delivery_id` and `payload`; fix the conclusion (null while in
     progress; `success` downgraded to `failure` unless tests ran and none failed; derived
     from the counts when not given); cap failure details (1000 entries, message 1 KB from its
-    start, stacktrace 4 KB from its end); drop trailing details until the body fits in 2 MB.
+    start, stacktrace 4 KB from its end); drop trailing details until the relay's forward
+    of the body fits in the HUD's 2 MB with a margin (`MAX_FORWARD_BYTES`).
     """
     if status not in STATUSES:
         raise ValueError(f"status must be one of {', '.join(STATUSES)}, not {status!r}")
@@ -214,12 +220,12 @@ def _triage_verdict(verdict: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _fit(body: dict[str, Any]) -> None:
-    """Drop failure details from the end until the body is under the HUD's 2 MB."""
+    """Drop failure details from the end until the relay's forward of the body fits the HUD."""
     details = body["workflow"].get("failed_tests_detail")
-    if not details or _size(body) <= MAX_BODY_BYTES:
+    if not details or forwarded_size(body) <= MAX_FORWARD_BYTES:
         return
     body["workflow"]["failed_tests_detail"] = []
-    room = MAX_BODY_BYTES - _size(body)
+    room = MAX_FORWARD_BYTES - forwarded_size(body)
     keep = 0
     for entry in details:
         room -= _size(entry) + 2  # the ", " separating list items
@@ -228,7 +234,7 @@ def _fit(body: dict[str, Any]) -> None:
         keep += 1
     while True:
         body["workflow"]["failed_tests_detail"] = details[:keep]
-        if keep == 0 or _size(body) <= MAX_BODY_BYTES:
+        if keep == 0 or forwarded_size(body) <= MAX_FORWARD_BYTES:
             return
         keep -= 1
 
@@ -255,6 +261,57 @@ def keep_end(text: str, max_bytes: int) -> str:
     return ELLIPSIS + data[len(data) - room :].decode(errors="ignore")
 
 
+# --- the relay's forward to the HUD ---------------------------------------------------------
+# Read in pytorch/test-infra at 61a77570f4, aws/lambda/cross_repo_ci_relay/. The relay parses
+# crcr's body and forwards it to the HUD inside its own envelope: `_build_trusted`
+# (callback/callback_handler.py lines 28-40) beside `{"callback_payload": body}` (lines
+# 425-430; nightly: 278-281), POSTed as `json.dumps(...)` with the default separators
+# (", ", ": ") and ensure_ascii (utils/hud.py lines 37-42), as crcr's own `json.dumps` sends
+# the body. A body parsed and dumped again by Python is the same bytes, so the forward is the
+# body plus a constant. The HUD refuses a forward over "2mb" = 2 MiB with 413
+# (torchci/pages/api/crcr/results.ts lines 10-16; lib/crcr/crcrUtils.ts lines 4 and 89-93 check
+# a compact re-serialisation, never longer). The relay has written COMPLETED to Redis by then,
+# so a callback answered 413 can never be sent again.
+#
+# Measured: 177 bytes for a 15-character repository before any timing is known; 316 bytes
+# (RELAY_WRAPPER_BYTES) for GitHub's longest repository name and both timings at their
+# longest; plus WRAPPER_MARGIN_BYTES (1024) kept free: 1340 bytes of headroom in all.
+LONGEST_REPOSITORY = "o" * 39 + "/" + "r" * 100  # GitHub: owner <= 39, name <= 100 characters
+# Seconds rounded to the millisecond (`_safe_delta`, lines 43-54): 11 characters last ~115
+# days, far past the 3 days the relay keeps a dispatch's state.
+LONGEST_TIMING = 9_999_999.999
+
+
+def relay_forward(
+    body: Mapping[str, Any],
+    *,
+    verified_repo: str,
+    level: str = "L4",
+    ci_metrics: Mapping[str, float | None] | None = None,
+) -> dict[str, Any]:
+    """What the relay POSTs to the HUD for a callback `body`: its trusted block, then the body."""
+    trusted = {
+        "ci_metrics": dict(ci_metrics or {"queue_time": None, "execution_time": None}),
+        "verified_repo": verified_repo,
+        "downstream_repo_level": level,
+    }
+    return {"trusted": trusted, "untrusted": {"callback_payload": body}}
+
+
+RELAY_WRAPPER_BYTES = _size(
+    relay_forward(
+        {},
+        verified_repo=LONGEST_REPOSITORY,
+        ci_metrics={"queue_time": LONGEST_TIMING, "execution_time": LONGEST_TIMING},
+    )
+) - _size({})
+
+
+def forwarded_size(body: Mapping[str, Any]) -> int:
+    """Bytes of the relay's forward of `body` to the HUD, for any repository and timing."""
+    return _size(body) + RELAY_WRAPPER_BYTES
+
+
 # --- validation ---------------------------------------------------------------------------
 
 
@@ -278,8 +335,11 @@ def validate_callback(body: Any) -> list[str]:
             problems.append("workflow.status: a nightly self-report sends only `completed`")
         if not _SHA.match(str(body.get("delivery_id"))):
             problems.append("delivery_id: a nightly self-report uses the 40-hex PyTorch SHA")
-    if not problems and _size(body) > MAX_BODY_BYTES:
-        problems.append(f"body: larger than {MAX_BODY_BYTES} bytes")
+    if not problems and forwarded_size(body) > MAX_FORWARD_BYTES:
+        problems.append(
+            f"body: larger than {MAX_FORWARD_BYTES - RELAY_WRAPPER_BYTES} bytes, the HUD's "
+            f"{MAX_BODY_BYTES} less the relay's wrapper and a margin"
+        )
     return problems
 
 

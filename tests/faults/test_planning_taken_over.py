@@ -57,6 +57,7 @@ def test_a_planning_whose_worker_was_killed_is_taken_over(transactional_db, brok
             what="the run to finish on the second worker",
         )
     finally:
+        (gate / "go").touch()
         stop(first, second)
     assert run.status == "passed", run.error
     assert run.claims == 2 and run.last_failure == leases.WORKER_STOPPED

@@ -124,7 +124,7 @@ def crcr() -> Iterator[Any]:
 
 @pytest.fixture
 def relay() -> Iterator[RelaySimulator]:
-    with RelaySimulator(token="relay-s3cret", allowlist={REPO: "L2"}) as simulator:
+    with RelaySimulator(token="relay-s3cret", allowlist={REPO: "L2"}, strict=True) as simulator:
         yield simulator
 
 
@@ -312,7 +312,7 @@ def test_an_oidc_token_from_the_actions_runtime_authenticates_the_callbacks(tmp_
         "ACTIONS_ID_TOKEN_REQUEST_URL": f"{server.url}/oidc-token?api-version=2.0",
         "ACTIONS_ID_TOKEN_REQUEST_TOKEN": "runtime",
     }
-    with RelaySimulator(allowlist={REPO: "L2"}, accept_unsigned_oidc=True) as relay:
+    with RelaySimulator(allowlist={REPO: "L2"}, accept_unsigned_oidc=True, strict=True) as relay:
         relay.dispatch("d-1", REPO, PAYLOAD)
         done = bridge(tmp_path, server.url, relay.url, "--relay-token", "oidc", env=oidc)
 

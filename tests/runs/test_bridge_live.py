@@ -30,7 +30,7 @@ def test_the_bridge_reproduces_the_aggregate_flow(live_server, celery_worker, up
     crcr_token.write_text(make_token(make_user("bridge", role="machine")))
     relay_token = tmp_path / "relay-token"
     relay_token.write_text("s3cret")
-    with RelaySimulator(token="s3cret", allowlist={REPO: "L2"}) as relay:
+    with RelaySimulator(token="s3cret", allowlist={REPO: "L2"}, strict=True) as relay:
         body = pr_dispatch()
         client_payload = relay.dispatch(body["delivery_id"], REPO, body["payload"])
         event = tmp_path / "event.json"

@@ -16,9 +16,11 @@ from tests.reproducibility.builders import make_run
 from tests.waiting import wait_for
 
 WHEEL = "torch-2.13.0a0-cp311-cp311-linux_x86_64.whl"
-# Waits until the test says go, so the test knows exactly where the build stands.
+# Waits until the test says go, so the test knows exactly where the build stands
+# (five minutes at most: a test that failed before saying go leaves no build behind).
 BLOCKING_BUILD = (
-    'echo "waiting for go"; while [ ! -e "$BUILD_GATE/go" ]; do sleep 0.2; done; '
+    'echo "waiting for go"; n=0; while [ ! -e "$BUILD_GATE/go" ]; do '
+    "n=$((n + 1)); [ $n -gt 1500 ] && exit 1; sleep 0.2; done; "
     f'echo "compiling aten"; printf wheel > "$CRCR_OUTPUT_DIR/{WHEEL}"'
 )
 
@@ -28,7 +30,8 @@ def gate(tmp_path, monkeypatch):
     folder = tmp_path / "gate"
     folder.mkdir()
     monkeypatch.setenv("BUILD_GATE", str(folder))
-    return folder
+    yield folder
+    (folder / "go").touch()  # never leave the worker building for a failed test
 
 
 def test_the_start_page_answers_while_the_build_runs_on_the_worker_and_shows_it(
@@ -45,16 +48,19 @@ def test_the_start_page_answers_while_the_build_runs_on_the_worker_and_shows_it(
     )
     assert started.status_code == 302
     run = Run.objects.get()
-    assert not run.artifacts.exists()
+    assert not run.artifacts.exists(), (run.status, run.stage, run.claims, run.last_failure,
+                                        [a.location for a in run.artifacts.all()])  # fmt: skip
 
     url = reverse("runs:run_detail", args=[run.uuid])
     wait_for(
         lambda: "Planning: building: waiting for go" in client.get(url).content.decode(),
+        timeout=300,
         what="the run page to show the build's progress",
     )
     (gate / "go").touch()
     run = wait_for(
         lambda: Run.objects.filter(pk=run.pk, status__in=Run.FINISHED).first(),
+        timeout=300,
         what="the run to be planned with the built wheel",
     )
     assert run.status != "error", run.error

@@ -18,7 +18,7 @@ S = RelayCallback.Status
 
 @pytest.fixture
 def simulator():
-    with RelaySimulator(token="s3cret", allowlist={REPO: "L2"}) as sim:
+    with RelaySimulator(token="s3cret", allowlist={REPO: "L2"}, strict=True) as sim:
         yield sim
 
 

@@ -17,7 +17,7 @@ REPO = "acme/torch-acme"
 
 @pytest.fixture
 def simulator(tmp_path):
-    with RelaySimulator(token="s3cret", allowlist={REPO: "L2"}) as sim:
+    with RelaySimulator(token="s3cret", allowlist={REPO: "L2"}, strict=True) as sim:
         yield sim
 
 

@@ -93,7 +93,11 @@ def test_completed_before_in_progress_is_refused_as_out_of_order(relay):
     answer = post(relay, callback(dispatched, "completed"))
 
     assert (answer.status, answer.json()["reason"]) == (400, "out_of_order")
-    assert "DISPATCHED -> COMPLETED" in answer.detail
+    assert answer.detail == (
+        "callback rejected: invalid state transition "
+        "delivery_id=d-1 repo=acme/backend status=completed"
+    )
+    assert answer.refuses_transition
     assert relay.accepted == []
 
 
@@ -155,28 +159,52 @@ def test_a_repository_below_l2_is_ignored_with_200(relay):
     assert [repo for repo, _ in relay.ignored] == ["acme/notify-only"]
 
 
-def test_too_many_requests_are_rate_limited_with_retry_after():
+def test_too_many_requests_are_rate_limited_with_no_retry_after_as_the_relay_does():
     with RelaySimulator(token="s3cret", allowlist={REPO: "L2"}, rate_limit=2) as relay:
         dispatched = relay.dispatch("d-1", REPO, PAYLOAD)
         answers = [post(relay, callback(dispatched, job_name=f"job-{i}")) for i in range(3)]
 
     assert [answer.status for answer in answers] == [200, 200, 429]
     assert answers[2].retryable
-    assert 0 < answers[2].retry_after <= 60
+    assert answers[2].retry_after is None
+    assert answers[2].detail == f"rate limit exceeded for {REPO}"
     assert len(relay.accepted) == 2
 
 
-def test_the_rate_limit_window_slides():
+def test_a_test_may_ask_the_rate_limit_for_a_retry_after():
     with RelaySimulator(
-        token="s3cret", allowlist={REPO: "L2"}, rate_limit=1, rate_window=0.3
+        token="s3cret", allowlist={REPO: "L2"}, rate_limit=1, rate_limit_retry_after="7"
+    ) as relay:
+        dispatched = relay.dispatch("d-1", REPO, PAYLOAD)
+        answers = [post(relay, callback(dispatched, job_name=f"job-{i}")) for i in range(2)]
+
+    assert [(answer.status, answer.retry_after) for answer in answers] == [(200, None), (429, 7.0)]
+
+
+def test_refused_requests_count_against_the_rate_limit_too():
+    with RelaySimulator(token="s3cret", allowlist={REPO: "L2"}, rate_limit=2) as relay:
+        never_dispatched = {"event_type": "push", "delivery_id": "d-404", "payload": PAYLOAD}
+        answers = [post(relay, callback(never_dispatched)) for _ in range(3)]
+
+    assert [answer.status for answer in answers] == [400, 400, 429]
+
+
+def test_the_rate_limit_window_slides_on_the_simulator_s_clock():
+    now = [1_000.0]
+    with RelaySimulator(
+        token="s3cret", allowlist={REPO: "L2"}, rate_limit=1, clock=lambda: now[0]
     ) as relay:
         dispatched = relay.dispatch("d-1", REPO, PAYLOAD)
         first = post(relay, callback(dispatched))
+        relay.advance(59.9)
         limited = post(relay, callback(dispatched, "completed"))
-        time.sleep(0.35)
+        relay.advance(0.2)
+        still_limited = post(relay, callback(dispatched, "completed"))  # the 429 counted too
+        relay.advance(60)
         later = post(relay, callback(dispatched, "completed"))
 
-    assert [first.status, limited.status, later.status] == [200, 429, 200]
+    statuses = [first.status, limited.status, still_limited.status, later.status]
+    assert statuses == [200, 429, 429, 200]
 
 
 def test_a_failing_relay_answers_503_then_recovers(relay):
@@ -195,23 +223,76 @@ def test_a_failing_relay_answers_503_then_recovers(relay):
 def test_fail_next_answers_the_next_callbacks_with_the_given_status(relay):
     dispatched = relay.dispatch("d-1", REPO, PAYLOAD)
     relay.fail_next(2, status=429)
+    relay.fail_next(1, status=429, retry_after="1")
 
-    answers = [post(relay, callback(dispatched)) for _ in range(3)]
+    answers = [post(relay, callback(dispatched)) for _ in range(4)]
 
-    assert [answer.status for answer in answers] == [429, 429, 200]
-    assert answers[0].retry_after == 1.0
+    assert [answer.status for answer in answers] == [429, 429, 429, 200]
+    assert [answer.retry_after for answer in answers[:3]] == [None, None, 1.0]
 
 
-def test_an_invalid_body_is_refused_naming_the_field(relay):
-    dispatched = relay.dispatch("d-1", REPO, PAYLOAD)
-    body = callback(dispatched)
-    body["workflow"]["run_attempt"] = 1  # a number, not the string the schema wants
+def test_strict_mode_refuses_what_crcr_s_own_schema_refuses_naming_the_field():
+    with RelaySimulator(token="s3cret", allowlist={REPO: "L2"}, strict=True) as relay:
+        dispatched = relay.dispatch("d-1", REPO, PAYLOAD)
+        body = callback(dispatched)
+        body["workflow"]["run_attempt"] = 1  # a number, not the string the schema wants
 
-    answer = post(relay, body)
+        answer = post(relay, body)
 
     assert answer.status == 400
     assert answer.json()["problems"] == ["workflow.run_attempt: must be a string of digits"]
     assert "workflow.run_attempt" in answer.detail
+    assert relay.accepted == []
+
+
+def test_by_default_it_takes_what_the_relay_takes_not_what_crcr_would_send(relay):
+    dispatched = relay.dispatch("d-1", REPO, PAYLOAD)
+    body = callback(dispatched)
+    body["workflow"].update(run_attempt=1, run_id=1, schema_version=None, url=None)
+
+    answer = post(relay, body)
+
+    assert answer.status == 200
+    assert relay.states() == {JobKey("d-1", REPO, "1", "1", "report"): "IN_PROGRESS"}
+
+
+@pytest.mark.parametrize(
+    "change, status, detail",
+    [
+        ({"run_id": "run-1"}, 500, "Internal server error"),
+        ({"run_attempt": "first"}, 500, "Internal server error"),
+        ({"run_id": None}, 400, "callback body missing required field: int() argument"),
+        ({"name": ...}, 400, "callback body missing required field: 'name'"),
+        ({"status": ...}, 400, "callback body missing required field: 'status'"),
+        ({"status": "queued"}, 400, "unknown callback status: 'queued'"),
+        ({"run_id": "0"}, 400, "callback rejected: invalid state transition"),
+    ],
+)
+def test_it_parses_a_body_as_the_relay_does(relay, change, status, detail):
+    dispatched = relay.dispatch("d-1", REPO, PAYLOAD)
+    body = callback(dispatched)
+    for key, value in change.items():
+        if value is ...:
+            del body["workflow"][key]
+        else:
+            body["workflow"][key] = value
+
+    answer = post(relay, body)
+
+    assert answer.status == status
+    assert answer.detail.startswith(detail)
+    assert relay.accepted == []
+
+
+def test_a_bare_token_without_bearer_is_accepted_as_the_relay_accepts_it(relay):
+    dispatched = relay.dispatch("d-1", REPO, PAYLOAD)
+    request = urllib.request.Request(
+        relay.url, data=json.dumps(callback(dispatched)).encode(), method="POST"
+    )
+    request.add_header("Authorization", "s3cret")
+
+    with urllib.request.urlopen(request, timeout=5) as response:
+        assert response.status == 200
 
 
 def test_malformed_json_is_refused(relay):
@@ -232,7 +313,9 @@ def test_a_nightly_self_report_needs_no_dispatch_but_only_completed(relay):
     finished = post(relay, callback(nightly, "completed"))
 
     assert started.status == 400
-    assert "only `completed`" in started.detail
+    assert started.detail == (
+        "nightly/periodic callbacks must have status 'completed', got 'in_progress'"
+    )
     assert finished.status == 200
     assert [(entry.key.delivery_id, entry.status) for entry in relay.accepted] == [
         (SHA, "completed")
@@ -296,6 +379,85 @@ def test_the_admin_endpoint_registers_a_dispatch_and_shows_the_log(relay):
     assert log["accepted"][0]["key"]["delivery_id"] == "d-9"
 
 
+# --- the HUD behind the relay: after the state write --------------------------------------
+
+
+def forward_size(body: dict[str, Any], execution_time: float | None) -> int:
+    """The bytes the relay POSTs to the HUD for a `completed` body (utils/hud.py:37-42)."""
+    envelope = {
+        "trusted": {
+            "ci_metrics": {"queue_time": None, "execution_time": execution_time},
+            "verified_repo": REPO,
+            "downstream_repo_level": "L2",
+        },
+        "untrusted": {"callback_payload": body},
+    }
+    return len(json.dumps(envelope).encode())
+
+
+def padded_to(client_payload: dict[str, Any], job: str, size: int) -> dict[str, Any]:
+    """A `completed` body whose forward to the HUD is exactly `size` bytes."""
+    body = callback(client_payload, "completed", job_name=job)
+    body["workflow"]["padding"] = ""  # the relay ignores keys it does not know
+    body["workflow"]["padding"] = "x" * (size - forward_size(body, 0.0))
+    return body
+
+
+def test_a_forward_over_the_huds_limit_is_recorded_then_answered_413():
+    with RelaySimulator(token="s3cret", allowlist={REPO: "L2"}, clock=lambda: 5_000.0) as relay:
+        dispatched = relay.dispatch("d-1", REPO, PAYLOAD)
+        for job in ("exact", "over"):
+            assert post(relay, callback(dispatched, job_name=job)).status == 200
+        exact = post(relay, padded_to(dispatched, "exact", 2 * 1024 * 1024))
+        over = post(relay, padded_to(dispatched, "over", 2 * 1024 * 1024 + 1))
+        resent = post(relay, callback(dispatched, "completed", job_name="over"))  # trimmed
+
+    assert exact.status == 200
+    assert (over.status, over.detail) == (413, "HUD rejected callback: HTTP 413: Payload Too Large")
+    assert relay.states()[JobKey("d-1", REPO, "1", "1", "over")] == "COMPLETED"
+    assert resent.refuses_transition  # no resend can land: the job is lost to the HUD
+    assert delivery.settle(resent, after_ambiguous=False) == "refused"
+
+
+def test_the_hud_refuses_a_job_without_job_name_or_check_run_id_after_the_state_moved(relay):
+    dispatched = relay.dispatch("d-1", REPO, PAYLOAD)
+    body = callback(dispatched)
+    del body["workflow"]["check_run_id"]
+
+    answer = post(relay, body)
+
+    assert (answer.status, answer.detail) == (400, "HUD rejected callback: HTTP 400: Bad Request")
+    assert list(relay.states().values()) == ["IN_PROGRESS"]
+    assert post(relay, callback(dispatched)).refuses_transition
+
+
+def test_without_a_hud_the_relay_forwards_nothing_and_checks_nothing_more():
+    with RelaySimulator(token="s3cret", allowlist={REPO: "L2"}, hud=False) as relay:
+        dispatched = relay.dispatch("d-1", REPO, PAYLOAD)
+        body = callback(dispatched)
+        del body["workflow"]["check_run_id"]
+
+        assert post(relay, body).status == 200
+
+
+@pytest.mark.parametrize(
+    "faults, status",
+    [([500], 200), ([None, 503, 502], 200), ([500] * 4, 500), ([None] * 4, 500), ([422], 422)],
+)
+def test_the_relay_retries_a_failing_hud_three_times_and_answers_a_4xx_itself(
+    relay, faults, status
+):
+    dispatched = relay.dispatch("d-1", REPO, PAYLOAD)
+    for fault in faults:
+        relay.fail_hud(1, fault)
+
+    answer = post(relay, callback(dispatched))
+
+    assert answer.status == status
+    assert [entry.status for entry in relay.accepted] == ["in_progress"]  # recorded either way
+    assert len(relay.lost_answers) == (1 if status == 500 else 0)
+
+
 def test_the_management_command_serves_the_simulator(tmp_path, capsys):
     (tmp_path / "token").write_text("s3cret\n")
     options = {"port": 0, "allow": [f"{REPO}=L2"], "token_file": str(tmp_path / "token")}
@@ -309,6 +471,21 @@ def test_the_management_command_serves_the_simulator(tmp_path, capsys):
     output = capsys.readouterr().out
     assert "POST callbacks to http://127.0.0.1:" in output
     assert "stopped: 0 accepted, 0 refused" in output
+
+
+def test_the_management_command_can_be_strict(tmp_path, capsys):
+    (tmp_path / "token").write_text("s3cret\n")
+    options = {"port": 0, "allow": [f"{REPO}=L2"], "token_file": str(tmp_path / "token")}
+    thread = threading.Thread(
+        target=call_command,
+        args=["relay_simulator"],
+        kwargs={**options, "strict": True, "serve_for": 0.3},
+    )
+
+    thread.start()
+    thread.join(timeout=10)
+
+    assert "relay simulator (strict: crcr's own validation too)" in capsys.readouterr().out
 
 
 # --- bar 4: a correct sender never trips the state machine --------------------------------

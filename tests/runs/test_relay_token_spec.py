@@ -20,7 +20,7 @@ MISCONFIGURED = "relay authentication is misconfigured for this backend — an a
 
 @pytest.fixture
 def simulator():
-    with RelaySimulator(token="s3cret", allowlist={REPO: "L2"}) as sim:
+    with RelaySimulator(token="s3cret", allowlist={REPO: "L2"}, strict=True) as sim:
         yield sim
 
 

@@ -59,7 +59,10 @@ def finished_run(django_db_setup, django_db_blocker, celery_worker_session, tmp_
     settings.CRCR_HEARTBEAT_SECONDS = 1
     token = tmp_path_factory.mktemp("relay") / "token"
     token.write_text("s3cret")
-    with django_db_blocker.unblock(), RelaySimulator(token="s3cret", allowlist={REPO: "L2"}) as sim:
+    with (
+        django_db_blocker.unblock(),
+        RelaySimulator(token="s3cret", allowlist={REPO: "L2"}, strict=True) as sim,
+    ):
         backend = make_backend(
             "treerun", repository=REPO, relay_mode="per_job", relay_url=sim.url,
             relay_token=f"file:{token}",

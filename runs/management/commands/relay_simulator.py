@@ -59,6 +59,11 @@ class Command(BaseCommand):
             action="store_true",
             help="accept JWTs for the relay's audience by their repository claim, unverified",
         )
+        parser.add_argument(
+            "--strict",
+            action="store_true",
+            help="also refuse what crcr's own validate_callback refuses (the relay does not)",
+        )
         parser.add_argument("--serve-for", type=float, help=None)  # for tests: stop after N s
 
     def handle(self, *args, **options):
@@ -81,16 +86,22 @@ class Command(BaseCommand):
                 rate_window=options["rate_window"],
                 accept_unsigned_oidc=options["accept_unsigned_oidc"],
                 auto_dispatch=options["auto_dispatch"],
+                strict=options["strict"],
                 log=lambda line: self.stdout.write(line),
             )
             simulator.start()
         except (ValueError, OSError) as error:
             raise CommandError(str(error)) from None
-        self.stdout.write(f"relay simulator: POST callbacks to {simulator.url}")
+        strict = " (strict: crcr's own validation too)" if options["strict"] else ""
+        self.stdout.write(f"relay simulator{strict}: POST callbacks to {simulator.url}")
         self.stdout.write(
             f"  register a dispatch: POST {simulator.base_url}{ADMIN_PREFIX}dispatches"
         )
         self.stdout.write(f"  what it recorded:    GET {simulator.base_url}{ADMIN_PREFIX}log")
+        self.stdout.write(
+            f"  move its clock on:   POST {simulator.base_url}{ADMIN_PREFIX}advance"
+            ' {"seconds": N}'
+        )
         try:
             threading.Event().wait(options["serve_for"])
         except KeyboardInterrupt:

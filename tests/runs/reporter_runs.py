@@ -1,0 +1,135 @@
+"""Runs whose HUD callbacks a GitHub Actions reporter sends, and a stand-in Actions runtime."""
+
+import base64
+import json
+import threading
+import time
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from runs import results
+from runs.models import Backend, Dispatch, Run, Shard, TestResult, Trigger
+from runs.relay import outbox, protocol
+from runs.relay.simulator import RelaySimulator
+from tests.dispatches import pr_dispatch
+from tests.factories import make_backend, make_config
+
+REPO = "acme/torch-acme"
+RUNTIME_TOKEN = "actions-runtime-t0ken"
+
+
+def reporting_backend(relay_url: str, mode: str = "per_job") -> Backend:
+    """A backend whose callbacks a GitHub Actions reporter sends: crcr holds no relay token."""
+    backend = make_backend(
+        "acme", relay_url=relay_url, relay_token="none", relay_sender="actions", relay_mode=mode
+    )
+    make_config(backend)
+    return backend
+
+
+def dispatched_run(backend: Backend, relay: RelaySimulator | None) -> Run:
+    """A running run of a merged-PR dispatch the relay knows (when one is given)."""
+    body = pr_dispatch(delivery_id=str(uuid.uuid4()))
+    if relay is not None:
+        relay.dispatch(body["delivery_id"], REPO, body["payload"])
+    dispatch = Dispatch.objects.create(
+        backend=backend, delivery_id=body["delivery_id"], event_type="pull_request",
+        raw_body="{}", payload=body["payload"], verdict="accepted",
+    )  # fmt: skip
+    trigger = Trigger.objects.create(
+        backend=backend, kind="dispatch", dispatch=dispatch, pytorch_sha="a" * 40
+    )
+    run = make_run(backend, trigger)
+    outbox.job_started(run)
+    return run
+
+
+def one_job_started(backend: Backend) -> Run:
+    """A dispatched run (per-job mode) whose first shard started: one in_progress queued."""
+    run = dispatched_run(backend, None)
+    start_shard(run, 0)
+    return run
+
+
+def self_reported_run(backend: Backend, kind: str, sha: str, ref: str = "") -> Run:
+    """A finished nightly or release run: one `completed` self-report is queued."""
+    trigger = Trigger.objects.create(backend=backend, kind=kind, pytorch_sha=sha, ref=ref)
+    run = make_run(backend, trigger)
+    shard = start_shard(run, 0)
+    finish_shard(shard)
+    results.finish_if_done(run.pk)
+    return run
+
+
+def make_run(backend: Backend, trigger: Trigger) -> Run:
+    return Run.objects.create(
+        trigger=trigger, backend=backend, job_name="acme", backend_version="1",
+        pytorch_sha=trigger.pytorch_sha, test_suite_sha=trigger.pytorch_sha,
+        config_version=backend.config_versions.get(), status=Run.Status.RUNNING,
+    )  # fmt: skip
+
+
+def start_shard(run: Run, index: int) -> Shard:
+    shard = Shard.objects.create(run=run, index=index, test_ids=[], status="running")
+    outbox.job_started(run, shard)
+    return shard
+
+
+def finish_shard(shard: Shard, outcomes: tuple[str, ...] = ("passed", "passed")) -> None:
+    for number, outcome in enumerate(outcomes):
+        TestResult.objects.create(
+            shard=shard, run=shard.run, node_id=f"test/t.py::T::test_{shard.index}_{number}",
+            file_path="test/t.py", class_name="T", test_name=f"test_{number}", outcome=outcome,
+        )  # fmt: skip
+    Shard.objects.filter(pk=shard.pk).update(status="done")
+
+
+class ActionsRuntime:
+    """The Actions runtime's ID-token endpoint (ACTIONS_ID_TOKEN_REQUEST_URL): an unsigned
+    JWT for the audience asked, whose `repository` claim is REPO, as a job would get."""
+
+    def __init__(self) -> None:
+        self.requests: list[tuple[list[str] | None, str]] = []
+        runtime = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                audience = parse_qs(urlsplit(self.path).query).get("audience")
+                scheme, _, credential = (self.headers.get("Authorization") or "").partition(" ")
+                authorization = f"{scheme.lower()} {credential}"  # the scheme is case-blind
+                runtime.requests.append((audience, authorization))
+                if authorization != f"bearer {RUNTIME_TOKEN}" or audience is None:
+                    status, body = 403, {"message": "bad runtime token"}
+                else:
+                    status, body = 200, {"value": jwt(audience[0])}
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/_apis/token?api-version=2.0"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def jwt(audience: str) -> str:
+    claims = {"aud": audience, "repository": REPO, "iss": "https://token.actions.githubusercontent.com", "exp": time.time() + 300}  # fmt: skip
+    encoded = base64.urlsafe_b64encode(json.dumps(claims).encode()).decode().rstrip("=")
+    return f"eyJhbGciOiJub25lIn0.{encoded}.unsigned"
+
+
+def relay_audience_only(runtime: ActionsRuntime) -> bool:
+    """Every token the reporter minted was for the relay's audience, with the runtime token."""
+    wanted = ([protocol.AUDIENCE], f"bearer {RUNTIME_TOKEN}")
+    return bool(runtime.requests) and all(request == wanted for request in runtime.requests)
