@@ -98,9 +98,20 @@ class BackgroundTasksMiddleware:
 
 
 def _run_in_process(task: Task, args: tuple[Any, ...]) -> None:
+    """Run a request's task here, then what it sent, in order, as one worker would;
+    nothing it sends goes to a broker (there is none)."""
+    queue: list[tuple[Task, tuple[Any, ...]]] = [(task, args)]
     try:
-        task.apply(args=args, throw=True)
-    except Exception:
-        logger.exception("in-process task %s%s failed", task.name, args)
+        while queue:
+            task, args = queue.pop(0)
+            sent: list[tuple[Task, tuple[Any, ...]]] = []
+            token = _after_response.set(sent)
+            try:
+                task.apply(args=args, throw=True)
+            except Exception:
+                logger.exception("in-process task %s%s failed", task.name, args)
+            finally:
+                _after_response.reset(token)
+            queue.extend(sent)
     finally:
         connection.close()

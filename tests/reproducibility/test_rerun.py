@@ -9,7 +9,6 @@ import pytest
 from django.core.files.base import ContentFile
 from django.utils import timezone
 
-from crcr_site.celery import app
 from reproducibility import bundles, capture, rerun
 from reproducibility.models import Bundle, Rerun
 from runs.models import Artifact, Run
@@ -220,13 +219,12 @@ def test_a_tampered_bundle_refused_by_the_worker_shows_why_on_the_page(
 
 
 def test_without_a_broker_the_page_answers_and_the_work_runs_after_it(
-    transactional_db, bundle, client, monkeypatch, settings
+    transactional_db, bundle, client, settings
 ):
     tamper(bundle)
     # The embedded default: tasks run in-process; what a request asks for runs after
     # its response (crcr_site.lib.enqueue.BackgroundTasksMiddleware).
     settings.CELERY_TASK_ALWAYS_EAGER = True
-    monkeypatch.setitem(app.conf, "task_always_eager", True)
     client.force_login(make_user("rita", role="reviewer"))
     response = client.post(rerun_url(bundle))
     made = Rerun.objects.get()
