@@ -15,15 +15,14 @@ a run finishing) and delivered by a task on the `relay` queue:
 5. a row still undelivered CRCR_RELAY_GIVE_UP_HOURS after it was written is
    given up (rejected, with the reason): by then the relay has forgotten the
    dispatch (its state lives 3 days) and would refuse it;
-6. a HUD job whose in_progress landed CRCR_RELAY_IN_PROGRESS_DEADLINE_MINUTES ago
-   and whose completed is not written yet gets a `timed_out` completed (beat,
-   `time_out_overdue_jobs`), before the relay's 6-hour sweeper closes the job;
-   the run's own result for that job is then not sent, and its row says why.
+6. a HUD job left in_progress past crcr's deadline is reported `timed_out` first
+   (`runs.relay.deadlines`), before the relay's 6-hour sweeper closes it.
 Modes: per job (each shard is a HUD job) or aggregate (one job per run).
 Senders: crcr's relay worker (relays that accept a static token), or for PyTorch's relay a
 GitHub Actions reporter that claims due rows on a lease (`runs.relay.claims`); then a
 dispatched run in aggregate mode is the bridge job's to report, and nothing is queued.
-Nightly and release runs self-report one `completed`; manual runs report nothing.
+Nightly and release runs self-report one `completed` (event_type `nightly`), manual runs one
+(event_type `periodic`); a bundle's re-run reports nothing.
 """
 
 import logging
@@ -31,13 +30,12 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Exists, F, OuterRef, Value
-from django.db.models.functions import Concat
+from django.db.models import F
 from django.utils import timezone
 
 from crcr_site.lib import enqueue
 from runs.models import Backend, Failure, RelayCallback, Run, Shard, Trigger
-from runs.relay import delivery, protocol
+from runs.relay import deadlines, delivery, protocol
 
 logger = logging.getLogger(__name__)
 
@@ -56,14 +54,6 @@ CONCLUSIONS: dict[str, str] = {
     Run.Status.ERROR: "cancelled",  # infrastructure: never red, never green
 }
 TRIAGE = {"regression": "backend", "flaky": "flake", "infra": "infra", "known": "unknown"}
-# The relay's sweeper reports a job still in_progress this long after its in_progress as
-# timed_out, records it COMPLETED and so refuses the job's own completed (pytorch/test-infra
-# 61a77570f4, cross_repo_ci_relay/utils/config.py lines 158-162 ZOMBIE_TIMEOUT_SECONDS,
-# utils/redis_helper.py lines 530-531, callback/cleanup_handler.py lines 180-190).
-RELAY_SWEEP = timedelta(seconds=21600)
-# Marks a completed written at the deadline (its triage verdict's `analyzer`).
-DEADLINE_ANALYZER = "crcr in-progress deadline"
-RESULT_NOT_SENT = "the run's own result was not sent"
 
 
 def client_payload(run: Run) -> dict[str, Any] | None:
@@ -77,7 +67,17 @@ def client_payload(run: Run) -> dict[str, Any] | None:
         }
     if trigger.kind in (Trigger.Kind.NIGHTLY, Trigger.Kind.RELEASE):
         return protocol.nightly_payload(run.pytorch_sha, ref=trigger.ref or None)
+    if trigger.kind == Trigger.Kind.MANUAL and not _reproduction(run):
+        # A person's run of a PyTorch commit: the relay's other self-report kind.
+        return protocol.nightly_payload(
+            run.pytorch_sha, event_type="periodic", ref=trigger.ref or None
+        )
     return None
+
+
+def _reproduction(run: Run) -> bool:
+    """A bundle's re-run checks crcr's own reproducibility: nothing for the HUD."""
+    return Run.objects.filter(pk=run.pk, rerun_origin__isnull=False).exists()
 
 
 def _self_reported(run: Run) -> bool:
@@ -115,8 +115,8 @@ def _queue(run: Run, transition: str, shard: Shard | None, body: dict[str, Any])
 
         if run.backend.relay_sender == Backend.RelaySender.WORKER:  # else a reporter claims it
             enqueue.after_commit(deliver_callback, callback.pk)
-    elif transition == T.COMPLETED and _sent_at_deadline(callback):
-        _note_result_not_sent(callback, body)
+    elif transition == T.COMPLETED and deadlines.sent_at_deadline(callback):
+        deadlines.note_result_not_sent(callback, body)
 
 
 def _body(run: Run, shard: Shard | None, status: str, **extra: Any) -> dict[str, Any]:
@@ -364,120 +364,9 @@ def due() -> list[int]:
     """Rows the relay worker should (re)send now; a row whose sender died is pending again.
     The deadline pass runs first, so the completed rows it writes go out on this beat.
     A backend whose callbacks a GitHub Actions reporter sends has none here (`claims`)."""
-    time_out_overdue_jobs()
+    deadlines.time_out_overdue_jobs()
     RelayCallback.objects.release_expired_leases()
     worker = RelayCallback.objects.due().filter(
         run__backend__relay_sender=Backend.RelaySender.WORKER
     )
     return list(worker.values_list("pk", flat=True))
-
-
-# --- deadlines ------------------------------------------------------------------------------
-
-
-def time_out_overdue_jobs() -> list[int]:
-    """Report `timed_out` for each HUD job left in_progress at the relay past crcr's deadline.
-
-    Steps: find the in_progress rows delivered more than CRCR_RELAY_IN_PROGRESS_DEADLINE_MINUTES
-    ago, but less than the relay's 6-hour sweep (after it the relay has closed the job itself
-    and would refuse a completed), whose job has no completed row yet; write that completed,
-    due at once: the in_progress body's job, conclusion `timed_out`, the counts so far and the
-    run's page. Returns the ids of the rows written.
-    """
-    now = timezone.now()
-    deadline = timedelta(minutes=settings.CRCR_RELAY_IN_PROGRESS_DEADLINE_MINUTES)
-    completed = RelayCallback.objects.filter(
-        delivery_id=OuterRef("delivery_id"),
-        job_name=OuterRef("job_name"),
-        hud_run_id=OuterRef("hud_run_id"),
-        hud_run_attempt=OuterRef("hud_run_attempt"),
-        transition=T.COMPLETED,
-    )
-    overdue = (
-        RelayCallback.objects.filter(
-            transition=T.IN_PROGRESS,
-            status=S.DELIVERED,
-            delivered_at__lte=now - deadline,
-            delivered_at__gt=now - RELAY_SWEEP,
-        )
-        .exclude(Exists(completed))
-        .select_related("run", "shard")
-    )
-    written = []
-    for started in overdue:
-        # Concurrency guard: the job identity is unique per transition, so of this pass and
-        # the run's end (`run_finished`) only the first writes the job's completed.
-        callback, created = RelayCallback.objects.get_or_create(
-            delivery_id=started.delivery_id,
-            job_name=started.job_name,
-            hud_run_id=started.hud_run_id,
-            hud_run_attempt=started.hud_run_attempt,
-            transition=T.COMPLETED,
-            defaults={
-                "run": started.run,
-                "shard": started.shard,
-                "workflow_name": started.workflow_name,
-                "body": _deadline_body(started, now),
-            },
-        )
-        if created:
-            logger.warning(
-                "HUD job %r of run %s still in progress %s minutes after its in_progress "
-                "landed: reported timed_out (CRCR_RELAY_IN_PROGRESS_DEADLINE_MINUTES)",
-                started.job_name, started.run.uuid, int(deadline.total_seconds() // 60),
-            )  # fmt: skip
-            written.append(callback.pk)
-    return written
-
-
-def _deadline_body(started: RelayCallback, now: datetime) -> dict[str, Any]:
-    """The job's completed at its deadline, from the in_progress body the relay took (so the
-    same job identity): `timed_out`, the counts so far, the run's page."""
-    run, shard, workflow = started.run, started.shard, started.body["workflow"]
-    counts = shard.test_counts() if shard else run.test_counts()
-    minutes = settings.CRCR_RELAY_IN_PROGRESS_DEADLINE_MINUTES
-    job = ("name", "url", "run_id", "run_attempt", "job_name", "check_run_id", "started_at")
-    return protocol.build_callback(
-        {key: started.body[key] for key in ("event_type", "delivery_id", "payload")},
-        status="completed",
-        conclusion="timed_out",
-        completed_at=now,
-        test_results=counts,
-        artifact_url=run.page_url(),
-        triage_verdict={
-            "category": "unknown",
-            "confidence": "low",
-            "analyzer": DEADLINE_ANALYZER,
-            "summary": (
-                f"Still running {minutes} minutes after it started, crcr's deadline (the relay "
-                f"times a job out at 6 hours): {counts['total']} test(s) reported so far. The "
-                "final result is on crcr's run page."
-            ),
-        },
-        **{key: workflow[key] for key in job},
-    )
-
-
-def _sent_at_deadline(callback: RelayCallback) -> bool:
-    verdict = callback.body.get("workflow", {}).get("triage_verdict") or {}
-    return verdict.get("analyzer") == DEADLINE_ANALYZER
-
-
-def _note_result_not_sent(callback: RelayCallback, body: dict[str, Any]) -> None:
-    """The run ended after its job was reported `timed_out` at the deadline: the relay takes
-    one completed per job and would refuse this one, so it stays here; the row says why."""
-    workflow = body["workflow"]
-    counts = workflow.get("test_results") or {}
-    note = (
-        f"{RESULT_NOT_SENT} ({workflow['conclusion']}: {counts.get('passed', 0)} passed, "
-        f"{counts.get('failed', 0)} failed, {counts.get('skipped', 0)} skipped): it came after "
-        f"this job was reported timed_out at the {settings.CRCR_RELAY_IN_PROGRESS_DEADLINE_MINUTES}"
-        "-minute deadline, and the relay takes one completed per job."
-    )
-    # Concurrency guard: appended in the database, once (a repeated finish finds it there).
-    # A send of this row still in flight writes its answer over it; the row's body still
-    # says what the HUD got.
-    RelayCallback.objects.filter(pk=callback.pk).exclude(
-        last_response__contains=RESULT_NOT_SENT
-    ).update(last_response=Concat(F("last_response"), Value("\n" + note)))
-    logger.info("relay callback %s: %s", callback.uuid, note)

@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from runs import results, tasks
 from runs.models import RelayCallback, Run, Shard, TestResult
-from runs.relay import outbox
+from runs.relay import deadlines, outbox
 from runs.relay.simulator import RelaySimulator
 from tests.factories import make_backend, make_config
 from tests.runs.relay_runs import REPO, in_progress, started_run
@@ -106,7 +106,7 @@ def test_the_real_completion_after_the_deadline_sends_nothing_and_says_why(backe
     shard = Shard.objects.create(run=run, index=0, test_ids=[], status="running")
     add_results(run, shard, ["passed"])
     landed_ago(in_progress(run), minutes=301)
-    [timed_out] = outbox.time_out_overdue_jobs()
+    [timed_out] = deadlines.time_out_overdue_jobs()
     outbox.deliver(timed_out)
 
     add_results(run, shard, ["failed", "skipped"], first=1)  # the run goes on, then ends
@@ -133,7 +133,7 @@ def test_a_job_in_progress_for_less_than_the_deadline_is_left_alone(backend, sim
     run = started_run(backend, simulator)
     landed_ago(in_progress(run), minutes=200)
 
-    assert outbox.time_out_overdue_jobs() == []
+    assert deadlines.time_out_overdue_jobs() == []
     assert outbox.due() == []
 
     assert completed_rows(run) == []
@@ -145,7 +145,7 @@ def test_a_job_the_relay_has_swept_already_gets_nothing(backend, simulator):
     run = started_run(backend, simulator)
     landed_ago(in_progress(run), minutes=361)
 
-    assert outbox.time_out_overdue_jobs() == []
+    assert deadlines.time_out_overdue_jobs() == []
     assert completed_rows(run) == []
 
 
@@ -157,7 +157,7 @@ def test_a_job_whose_completed_is_written_is_not_timed_out(backend, simulator):
     add_results(run, shard, ["passed"])
     results.finish_if_done(run.pk)
 
-    assert outbox.time_out_overdue_jobs() == []
+    assert deadlines.time_out_overdue_jobs() == []
     [row] = completed_rows(run)
     assert row.body["workflow"]["conclusion"] == "success"
 
@@ -167,14 +167,14 @@ def test_the_deadline_is_a_setting(backend, simulator, settings):
     early = started_run(backend, simulator)
     landed_ago(in_progress(early), minutes=200)
 
-    [timed_out] = outbox.time_out_overdue_jobs()
+    [timed_out] = deadlines.time_out_overdue_jobs()
 
     assert completed_rows(early)[0].pk == timed_out
     assert "120 minutes" in completed_rows(early)[0].body["workflow"]["triage_verdict"]["summary"]
     settings.CRCR_RELAY_IN_PROGRESS_DEADLINE_MINUTES = 330
     later = started_run(backend, simulator)
     landed_ago(in_progress(later), minutes=301)
-    assert outbox.time_out_overdue_jobs() == []
+    assert deadlines.time_out_overdue_jobs() == []
 
 
 def test_in_per_job_mode_each_shard_job_has_its_own_deadline(backend, simulator):

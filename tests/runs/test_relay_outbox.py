@@ -4,6 +4,7 @@ import uuid
 
 import pytest
 
+from reproducibility.models import Rerun
 from runs import results
 from runs.models import Dispatch, RelayCallback, Run, Shard, TestResult, Trigger
 from runs.relay import outbox
@@ -127,16 +128,34 @@ def test_a_refused_callback_is_final_and_shown_on_the_run_page(
     assert "rejected (final)" in page and "400" in page
 
 
-def test_a_manual_run_reports_nothing(relayed_backend, simulator):
-    trigger = Trigger.objects.create(backend=relayed_backend, kind="manual", pytorch_sha="b" * 40)
-    run = Run.objects.create(
-        trigger=trigger, backend=relayed_backend, job_name="acme", backend_version="1",
-        pytorch_sha="b" * 40, test_suite_sha="b" * 40,
-        config_version=relayed_backend.config_versions.get(),
+def manual_run(backend, sha: str, job_name: str = "acme") -> Run:
+    trigger = Trigger.objects.create(backend=backend, kind="manual", pytorch_sha=sha)
+    return Run.objects.create(
+        trigger=trigger, backend=backend, job_name=job_name, backend_version="1",
+        pytorch_sha=sha, test_suite_sha=sha, status="passed",
+        config_version=backend.config_versions.get(),
     )  # fmt: skip
-    outbox.job_started(run)
-    outbox.run_finished(run)
-    assert not run.callbacks.exists()
+
+
+def test_a_manual_run_self_reports_as_periodic_and_a_bundle_rerun_reports_nothing(
+    relayed_backend, simulator
+):
+    person = manual_run(relayed_backend, "b" * 40)
+    outbox.job_started(person)
+    outbox.run_finished(person)
+    [callback] = person.callbacks.all()
+    body = callback.body
+    assert (callback.transition, body["event_type"], body["delivery_id"]) == (
+        "completed", "periodic", "b" * 40,
+    )  # fmt: skip
+    assert body["payload"]["head_sha"] == "b" * 40
+    assert body["workflow"]["artifact_url"] == person.page_url()
+
+    original = manual_run(relayed_backend, "f" * 40)
+    reproduction = manual_run(relayed_backend, "f" * 40, job_name="acme (re-run)")
+    Rerun.objects.create(original=original, run=reproduction)
+    outbox.run_finished(reproduction)
+    assert not reproduction.callbacks.exists()
 
 
 def test_a_nightly_run_self_reports_one_completed(relayed_backend, simulator, celery_worker):
