@@ -12,10 +12,12 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from crcr_site.lib.access import IsMachine, RoleTokenAuthentication
+from runs import attempts
 from runs import dispatch as intake
 from runs.models import Backend, Dispatch, RelayCallback, Run
 from runs.relay import claims, delivery
 from runs.serializers import (
+    AttemptSerializer,
     CallbackAnswerSerializer,
     CallbackClaimSerializer,
     CallbackStateSerializer,
@@ -125,6 +127,27 @@ class RunDetailAPI(generics.RetrieveAPIView):
     serializer_class = RunSerializer
     queryset = Run.objects.select_related("backend")
     lookup_field = "uuid"
+
+
+class RunAttemptAPI(TokenAPIView):
+    """POST {"run_attempt": N}: the run to follow as the run's attempt N. 201: a new attempt
+    re-runs what failed; 200: made before, or the previous attempt (still going, or passed)."""
+
+    # An attempt starts work that reports to the HUD: machine tokens only.
+    permission_classes = [IsAuthenticated, IsMachine]
+
+    @extend_schema(
+        request=AttemptSerializer,
+        responses={200: RunSerializer, 201: RunSerializer},
+        operation_id="run_attempt_create",
+    )
+    def post(self, request: Request, uuid: str) -> Response:
+        run = get_object_or_404(Run, uuid=uuid)
+        serializer = AttemptSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        made = attempts.start(run, serializer.validated_data["run_attempt"])
+        code = status.HTTP_201_CREATED if made.created else status.HTTP_200_OK
+        return Response(RunSerializer(made.run).data, status=code)
 
 
 class IsReporter(IsMachine):

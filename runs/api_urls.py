@@ -11,6 +11,7 @@ urlpatterns = [
     path("whoami/", api.WhoAmIAPI.as_view(), name="whoami"),
     path("runs/", api.RunListAPI.as_view(), name="run_list"),
     path("runs/<uuid:uuid>/", api.RunDetailAPI.as_view(), name="run_detail"),
+    path("runs/<uuid:uuid>/attempts/", api.RunAttemptAPI.as_view(), name="run_attempt_create"),
     path("relay/claim/", api.CallbackClaimAPI.as_view(), name="callback_claim"),
     path(
         "relay/callbacks/<uuid:uuid>/answer/",

@@ -7,6 +7,8 @@ Steps:
    median, the group's, a default; see runs.durations);
 3. group by area, cap each shard's estimate, balance longest-first, and store
    the shards with their ids and estimates; then enqueue them.
+A later attempt of a run (`runs.attempts`) skips 1-3: it takes its previous attempt's
+failed shards as they were.
 """
 
 from dataclasses import replace
@@ -17,7 +19,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from crcr_site.lib import enqueue, leases
-from runs import areas, artifacts, events, sharding, worktrees
+from runs import areas, artifacts, attempts, events, sharding, worktrees
 from runs.models import Run, Shard, TestDuration
 from runs.relay import outbox
 from runs.report_files import canonical
@@ -80,13 +82,16 @@ def start(run_id: int) -> list[Shard]:
     with leases.held(run, Run.Status.PLANNING):
         try:
             prepare_artifacts(run)
-            report(run, "collecting the tests the config selects")
             pytest = pytest_for(run, worktrees.tree_for(run.pytorch_sha))
-            ids = collect(pytest)
+            # A later attempt re-runs its previous attempt's failed shards as they were.
+            shards = attempts.shards_to_rerun(run)
+            if not shards:
+                report(run, "collecting the tests the config selects")
+                shards = plan(run, collect(pytest))
         except (PlanningError, worktrees.TestTreeError, artifacts.ArtifactError) as error:
             end(run, Run.Status.ERROR, str(error))
             return []
-        shards = plan(run, ids)
+        shards = store(run, shards)
     events.run_planned.send(Run, run=run, pytest=pytest)
     if not shards:
         end(run, Run.Status.FAILED, "the config selected no test")
@@ -141,7 +146,7 @@ def end(run: Run, status: str, error: str) -> None:
 
 
 def plan(run: Run, ids: list[str]) -> list[Shard]:
-    """Create the run's shards from its ids and the device's duration history."""
+    """The run's shards (unsaved) from its ids and the device's duration history."""
     device = run.backend.device_module
     history = {
         test_id: seconds
@@ -151,10 +156,17 @@ def plan(run: Run, ids: list[str]) -> list[Shard]:
     }
     items = [areas.TestItem(test_id=i, file=i.split("::")[0]) for i in ids]
     result = sharding.plan_shards(items, history, max_shard_seconds=settings.CRCR_MAX_SHARD_SECONDS)
+    return [
+        Shard(run=run, index=s.index, test_ids=s.test_ids, estimated_seconds=s.seconds)
+        for s in result.shards
+    ]
+
+
+def store(run: Run, shards: list[Shard]) -> list[Shard]:
+    """Save the run's shards; a run with any is running from now."""
+    if not shards:
+        return []
     with transaction.atomic():
-        shards = Shard.objects.bulk_create(
-            Shard(run=run, index=s.index, test_ids=s.test_ids, estimated_seconds=s.seconds)
-            for s in result.shards
-        )
+        saved = Shard.objects.bulk_create(shards)
         Run.objects.filter(pk=run.pk).update(status=Run.Status.RUNNING, started_at=timezone.now())
-    return shards
+    return saved

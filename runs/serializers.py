@@ -14,6 +14,7 @@ class RunSerializer(serializers.ModelSerializer):
     backend = serializers.CharField(source="backend.slug", read_only=True)
     url = serializers.SerializerMethodField()
     test_results = serializers.SerializerMethodField()
+    attempt_of = serializers.SerializerMethodField(help_text="the first attempt's run")
 
     class Meta:
         model = Run
@@ -24,6 +25,8 @@ class RunSerializer(serializers.ModelSerializer):
             "pytorch_sha",
             "backend_version",
             "status",
+            "run_attempt",
+            "attempt_of",
             "created_at",
             "started_at",
             "finished_at",
@@ -36,6 +39,9 @@ class RunSerializer(serializers.ModelSerializer):
 
     def get_test_results(self, run: Run) -> dict[str, int] | None:
         return run.test_counts() if run.is_finished else None
+
+    def get_attempt_of(self, run: Run) -> str | None:
+        return str(run.retry_of.uuid) if run.retry_of else None
 
 
 class _RefSerializer(serializers.Serializer):
@@ -120,7 +126,16 @@ class DispatchOutSerializer(serializers.ModelSerializer):
         if "runs" in self.context:
             return self.context["runs"]
         trigger = getattr(dispatch, "trigger", None)
-        return [str(run.uuid) for run in trigger.runs.all()] if trigger else []
+        if trigger is None:
+            return []
+        # One per combination: later attempts are reached from their first (`attempts/`).
+        return [str(run.uuid) for run in trigger.runs.filter(retry_of=None)]
+
+
+class AttemptSerializer(serializers.Serializer):
+    """The attempt of a run an upstream re-run asks for (GITHUB_RUN_ATTEMPT)."""
+
+    run_attempt = serializers.IntegerField(min_value=2, max_value=1000)
 
 
 class ReporterSerializer(serializers.Serializer):

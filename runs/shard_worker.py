@@ -6,8 +6,9 @@ Steps:
 2. verify every artifact of the run by hash;
 3. run the executor (crash pinning, hang watchdog, retries of failures that
    are not deterministic) while a heartbeat thread keeps the claim fresh;
-4. store every attempt and mark the shard done in one transaction, fold the
-   durations into the history, and finish the run when it was the last shard.
+4. store every attempt, mark the shard done, classify its failures and queue its
+   HUD job's `completed` (per-job mode) in one transaction, fold the durations into
+   the history, and finish the run when it was the last shard.
 """
 
 import socket
@@ -139,7 +140,15 @@ def execute(shard_id: int, worker: str | None = None) -> Shard | None:
 
 
 def store(shard: Shard, records: list[TestRecord]) -> None:
+    """A shard's tests ran: it ends done, with its results, in one transaction.
+
+    Steps: mark the shard done; store every attempt; classify its failures (their
+    verdicts are the run's too); queue its HUD job's `completed` (per-job mode). All
+    commit together: a done shard always has its results, verdicts and callback.
+    """
     with transaction.atomic():
+        # Concurrency guard: only the worker holding the shard marks it done; one whose
+        # claim was taken over (its heartbeat went silent) stores nothing.
         done = Shard.objects.filter(
             pk=shard.pk, status=Shard.Status.RUNNING, worker=shard.worker
         ).update(
@@ -150,14 +159,22 @@ def store(shard: Shard, records: list[TestRecord]) -> None:
         if not done:
             return  # another worker took the shard over: its results count, not ours
         ingest.save(shard, records)
+        shard.refresh_from_db(fields=["status", "finished_at", "tests_done"])
+        results.classify_failures(shard.run, shard)
+        outbox.shard_finished(shard)
 
 
 def fail(shard_id: int, reason: str) -> None:
-    """An infrastructure failure of the whole shard; the run finishes without it."""
-    Shard.objects.filter(pk=shard_id).update(
-        status=Shard.Status.ERROR, error=reason, finished_at=timezone.now()
-    )
-    results.finish_if_done(Shard.objects.values_list("run_id", flat=True).get(pk=shard_id))
+    """An infrastructure failure of the whole shard; the run finishes without it. The
+    status and its HUD job's `completed` (per-job mode) commit together."""
+    with transaction.atomic():
+        # A shard already done keeps its results (a step after `store` failed).
+        Shard.objects.filter(pk=shard_id).exclude(status=Shard.Status.DONE).update(
+            status=Shard.Status.ERROR, error=reason, finished_at=timezone.now()
+        )
+        shard = Shard.objects.select_related("run__backend").get(pk=shard_id)
+        outbox.shard_finished(shard)
+    results.finish_if_done(shard.run_id)
 
 
 def release(shard_id: int, reason: str) -> None:

@@ -41,7 +41,8 @@ def run_list(request: HttpRequest) -> HttpResponse:
 @login_required
 def run_detail(request: HtmxHttpRequest, uuid: str) -> HttpResponse:
     run = get_object_or_404(
-        Run.objects.select_related("trigger__dispatch", "backend", "config_version"), uuid=uuid
+        Run.objects.select_related("trigger__dispatch", "backend", "config_version", "retry_of"),
+        uuid=uuid,
     )
     shards = list(run.shards.all())
     context = {
@@ -49,6 +50,7 @@ def run_detail(request: HtmxHttpRequest, uuid: str) -> HttpResponse:
         "shards": shards,
         "chart": charts.shard_durations([shard.chart_bar() for shard in shards]),
         "artifacts": run.artifacts.all(),
+        "attempts": run.attempts.order_by("run_attempt"),
         "counts": run.test_counts(),
         "failure_groups": run.failure_groups(),
         "callbacks": run.callbacks.order_by("job_name", "created_at"),

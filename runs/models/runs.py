@@ -61,6 +61,10 @@ class Run(Leased):
     )
     artifacts = models.ManyToManyField(Artifact, blank=True, related_name="runs")
     run_attempt = models.PositiveIntegerField(default=1)
+    # A later attempt re-runs the failed shards of its first attempt's run (`runs.attempts`).
+    retry_of = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.CASCADE, related_name="attempts"
+    )
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.QUEUED)
     changed_since_green = models.JSONField(
         default=list, blank=True, help_text="what moved since the job's last green run"
@@ -74,10 +78,18 @@ class Run(Leased):
     class Meta:
         # The HUD grid and "last green run of this job".
         indexes = [models.Index(fields=["job_name", "-created_at"], name="run_job_recent")]
+        constraints = [
+            models.UniqueConstraint(fields=["retry_of", "run_attempt"], name="run_attempt_once")
+        ]
         ordering = ["-created_at"]
 
     def __str__(self) -> str:
         return f"{self.job_name} @ {self.pytorch_sha[:12]}"
+
+    @property
+    def hud_run_id(self) -> int:
+        """The run every attempt reports under: the first attempt's."""
+        return self.retry_of_id or self.pk
 
     @property
     def is_finished(self) -> bool:

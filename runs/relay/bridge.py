@@ -5,7 +5,9 @@ imports nothing from Django. Steps:
 1. read the dispatch's client_payload (`$GITHUB_EVENT_PATH` or `--payload`);
 2. forward it to crcr (`POST /api/dispatches/?backend=…`; idempotent on delivery_id);
 3. wait for the gate: `recorded`/`rejected` end here with nothing sent to the relay;
-4. per run (one HUD job each), send `in_progress` with this job's identity;
+4. per run (one HUD job each), send `in_progress` with this job's identity; on a re-run of
+   this Actions job (`GITHUB_RUN_ATTEMPT` 2 or more, an upstream "re-run failed jobs")
+   the job follows crcr's same attempt of the run, which re-runs the failed shards;
 5. poll the runs until they end or `--timeout` passes, then send `completed` with the
    counts and the run's page (`timed_out` for a run still going at the deadline).
 Exit codes: 0 success, 1 a run did not succeed, 2 usage/configuration error or a refused
@@ -233,9 +235,23 @@ class Bridge:
             if several:
                 detail = self.crcr.call("GET", f"/api/runs/{run}/")
                 name = f"{name}/{(detail.get('job_name') or run[:8])[:100]}"
-            job = Job(run, name, datetime.now(UTC))
+            job = Job(self._attempt(run), name, datetime.now(UTC))
             self._send(job, "in_progress")
             self.jobs[run] = job
+
+    def _attempt(self, run: str) -> str:
+        """The run this job follows: on a re-run of the job (run_attempt 2 or more) crcr's
+        same attempt of it, which re-runs the shards that failed before."""
+        number = int(self.args.run_attempt)
+        if number == 1:
+            return run
+        attempt = self.crcr.call("POST", f"/api/runs/{run}/attempts/", {"run_attempt": number})
+        followed = str(attempt["uuid"])
+        if attempt.get("run_attempt") == number:
+            say(f"attempt {number} of run {run}: run {followed} re-runs what failed")
+        else:
+            say(f"attempt {number} of run {run}: nothing to re-run, reporting run {followed}")
+        return followed
 
     def _check(self, job: Job) -> None:
         run = self.crcr.call("GET", f"/api/runs/{job.run}/")
@@ -304,22 +320,22 @@ def duration(text: str) -> float:
     return value
 
 
-def parser() -> argparse.ArgumentParser:
+def actions_run_url() -> str | None:
+    """This GitHub Actions run's page, from the runner's environment."""
     env = os.environ.get
     server, repository, run_id = (
         env("GITHUB_SERVER_URL"),
         env("GITHUB_REPOSITORY"),
         env("GITHUB_RUN_ID"),
     )
-    actions_url = (
+    return (
         f"{server}/{repository}/actions/runs/{run_id}" if server and repository and run_id else None
     )
-    p = argparse.ArgumentParser(
-        prog="python -m runs.relay.bridge",
-        description="Forward a CRCR dispatch to crcr, follow its runs, report them to the relay.",
-        epilog="Exit codes: 0 success, 1 a run did not succeed, 2 usage/configuration error "
-        "or a refused callback, 3 relay or crcr unreachable.",
-    )
+
+
+def add_common_arguments(p: argparse.ArgumentParser) -> None:
+    """The options the bridge and the reporter share: crcr, the relay, this Actions run."""
+    env = os.environ.get
     p.add_argument("--crcr", default=env("CRCR_URL"), help="crcr's base URL [CRCR_URL]")
     p.add_argument("--crcr-token-file", help="file holding crcr's API token [else CRCR_TOKEN]")
     p.add_argument(
@@ -331,14 +347,37 @@ def parser() -> argparse.ArgumentParser:
         default=env("RELAY_TOKEN", "oidc"),
         help="oidc | file:/path | none [RELAY_TOKEN, default oidc]",
     )
-    p.add_argument("--payload", help="client_payload JSON file [default: $GITHUB_EVENT_PATH]")
-    p.add_argument("--job-name", default=env("GITHUB_JOB"), help="[GITHUB_JOB]")
     p.add_argument("--workflow-name", default=env("GITHUB_WORKFLOW"), help="[GITHUB_WORKFLOW]")
-    p.add_argument("--workflow-url", default=actions_url, help="[this Actions run's page]")
-    p.add_argument("--run-id", default=run_id, help="[GITHUB_RUN_ID]")
+    p.add_argument("--workflow-url", default=actions_run_url(), help="[this Actions run's page]")
+    p.add_argument("--run-id", default=env("GITHUB_RUN_ID"), help="[GITHUB_RUN_ID]")
     p.add_argument(
         "--run-attempt", default=env("GITHUB_RUN_ATTEMPT", "1"), help="[GITHUB_RUN_ATTEMPT]"
     )
+    p.add_argument("--retry-base", type=duration, default=2.0, help="backoff base in seconds")
+
+
+def read_crcr_token(args: argparse.Namespace) -> str:
+    """crcr's API token: the file named by --crcr-token-file, else $CRCR_TOKEN."""
+    if not args.crcr_token_file:
+        return os.environ.get("CRCR_TOKEN", "").strip()
+    try:
+        with open(args.crcr_token_file) as handle:
+            return handle.read().strip()
+    except OSError as error:
+        raise Exit(USAGE, f"cannot read {args.crcr_token_file}: {error}") from None
+
+
+def parser() -> argparse.ArgumentParser:
+    env = os.environ.get
+    p = argparse.ArgumentParser(
+        prog="python -m runs.relay.bridge",
+        description="Forward a CRCR dispatch to crcr, follow its runs, report them to the relay.",
+        epilog="Exit codes: 0 success, 1 a run did not succeed, 2 usage/configuration error "
+        "or a refused callback, 3 relay or crcr unreachable.",
+    )
+    add_common_arguments(p)
+    p.add_argument("--payload", help="client_payload JSON file [default: $GITHUB_EVENT_PATH]")
+    p.add_argument("--job-name", default=env("GITHUB_JOB"), help="[GITHUB_JOB]")
     p.add_argument(
         "--check-run-id",
         default=env("CRCR_CHECK_RUN_ID"),
@@ -348,7 +387,6 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--poll-interval", type=duration, default=30.0, help="seconds (default 30)")
     p.add_argument("--relay-retry-for", type=duration, default=900.0, help="seconds (default 900)")
     p.add_argument("--crcr-retry-for", type=duration, default=600.0, help="seconds (default 600)")
-    p.add_argument("--retry-base", type=duration, default=2.0, help="backoff base in seconds")
     p.add_argument("--forward-only", action="store_true", help="forward the dispatch and stop")
     return p
 
@@ -372,14 +410,7 @@ def _client_payload(path: str | None) -> dict[str, Any]:
 
 
 def _check(args: argparse.Namespace) -> None:
-    token = os.environ.get("CRCR_TOKEN", "")
-    if args.crcr_token_file:
-        try:
-            with open(args.crcr_token_file) as handle:
-                token = handle.read()
-        except OSError as error:
-            raise Exit(USAGE, f"cannot read {args.crcr_token_file}: {error}") from None
-    args.crcr_token = token.strip()
+    args.crcr_token = read_crcr_token(args)
     required = {"--crcr": args.crcr, "--backend": args.backend, "crcr token": args.crcr_token}
     if not args.forward_only:
         required |= {

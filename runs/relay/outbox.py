@@ -1,7 +1,7 @@
 """The HUD relay outbox: one row per CRCR callback, delivered in order, at most once.
 
-Rows are written with the transition that causes them (a run or shard starting,
-a run finishing) and delivered by a task on the `relay` queue:
+Rows are written with the transition that causes them (a run or shard starting, a
+shard ending, a run finishing) and delivered by a task on the `relay` queue:
 1. claim the row (pending and due) with a conditional update;
 2. a `completed` waits until its job's `in_progress` is delivered;
 3. send; a 2xx delivers, 429/5xx/no answer retry with backoff and jitter (or
@@ -17,7 +17,9 @@ a run finishing) and delivered by a task on the `relay` queue:
    dispatch (its state lives 3 days) and would refuse it;
 6. a HUD job left in_progress past crcr's deadline is reported `timed_out` first
    (`runs.relay.deadlines`), before the relay's 6-hour sweeper closes it.
-Modes: per job (each shard is a HUD job) or aggregate (one job per run).
+Modes: per job (each shard is a HUD job, completed when the shard ends, done or in error,
+with its own counts and verdicts; the run's end writes any a shard's end did not) or
+aggregate (one job per run, completed when the run ends).
 Senders: crcr's relay worker (relays that accept a static token), or for PyTorch's relay a
 GitHub Actions reporter that claims due rows on a lease (`runs.relay.claims`); then a
 dispatched run in aggregate mode is the bridge job's to report, and nothing is queued.
@@ -30,7 +32,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db.models import F
+from django.db.models import F, QuerySet
 from django.utils import timezone
 
 from crcr_site.lib import enqueue
@@ -105,7 +107,7 @@ def _queue(run: Run, transition: str, shard: Shard | None, body: dict[str, Any])
     callback, created = RelayCallback.objects.get_or_create(
         delivery_id=payload.get("delivery_id", ""),
         job_name=_job_name(run, shard),
-        hud_run_id=str(run.pk),
+        hud_run_id=str(run.hud_run_id),
         hud_run_attempt=str(run.run_attempt),
         transition=transition,
         defaults={"run": run, "shard": shard, "workflow_name": WORKFLOW, "body": body},
@@ -125,7 +127,7 @@ def _body(run: Run, shard: Shard | None, status: str, **extra: Any) -> dict[str,
         status=status,  # type: ignore[arg-type]
         name=WORKFLOW,
         url=run.page_url(),
-        run_id=run.pk,
+        run_id=run.hud_run_id,
         run_attempt=run.run_attempt,
         job_name=_job_name(run, shard),
         check_run_id=shard.pk if shard else run.pk,
@@ -135,51 +137,86 @@ def _body(run: Run, shard: Shard | None, status: str, **extra: Any) -> dict[str,
     )
 
 
+def _per_job(run: Run) -> bool:
+    return run.backend.relay_mode == Backend.RelayMode.PER_JOB
+
+
 def job_started(run: Run, shard: Shard | None = None) -> None:
     """A HUD job began: the run (aggregate mode) or one shard (per-job mode)."""
     if not _enabled(run) or _self_reported(run):
         return
-    per_job = run.backend.relay_mode == Backend.RelayMode.PER_JOB
-    if per_job == (shard is not None):
+    if _per_job(run) == (shard is not None):
         _queue(run, T.IN_PROGRESS, shard, _body(run, shard, "in_progress"))
 
 
+def shard_finished(shard: Shard) -> None:
+    """A shard ended, done or in error: in per-job mode its HUD job's `completed` now, with
+    its own counts, failures and conclusion, rather than when the whole run ends (the
+    relay's sweeper would time the job out meanwhile). Called in the transaction that
+    ends the shard, after its failures are classified."""
+    run = shard.run
+    if _enabled(run) and not _self_reported(run) and _per_job(run):
+        _job_finished(run, shard)
+
+
 def run_finished(run: Run) -> None:
-    """The run ended: `completed` for its job, or for each shard's job. A job that never
+    """The run ended: `completed` for its job, or for each shard's job that has none yet
+    (in per-job mode a shard's end writes its own: `shard_finished`). A job that never
     announced itself (the run ended before it started) gets its in_progress first."""
     if not _enabled(run):
         return
     shards = list(run.shards.all())
     if _self_reported(run):
         _queue(run, T.COMPLETED, None, _completed_body(run, None))
-    elif run.backend.relay_mode == Backend.RelayMode.PER_JOB and shards:
+    elif _per_job(run) and shards:
         for shard in shards:
-            _queue(run, T.IN_PROGRESS, shard, _body(run, shard, "in_progress"))
-            _queue(run, T.COMPLETED, shard, _completed_body(run, shard))
+            _job_finished(run, shard)
     else:
-        _queue(run, T.IN_PROGRESS, None, _body(run, None, "in_progress"))
-        _queue(run, T.COMPLETED, None, _completed_body(run, None))
+        _job_finished(run, None)
+
+
+def _job_finished(run: Run, shard: Shard | None) -> None:
+    """Queue a HUD job's in_progress (when it never announced itself), then its completed."""
+    # Concurrency guard: a row is unique per job identity and transition (`_queue`'s
+    # get_or_create), so of a shard's end, the run's end and the deadline pass only the
+    # first writes a job's completed; the others find it (one written at the deadline
+    # then notes the result it could not send, once).
+    _queue(run, T.IN_PROGRESS, shard, _body(run, shard, "in_progress"))
+    _queue(run, T.COMPLETED, shard, _completed_body(run, shard))
 
 
 def _completed_body(run: Run, shard: Shard | None) -> dict[str, Any]:
     counts = shard.test_counts() if shard else run.test_counts()
     failures = Failure.objects.filter(run=run).select_related("result")
-    if shard is not None:
+    if shard is None:
+        conclusion, ended = CONCLUSIONS.get(run.status, "failure"), run.finished_at
+    else:
         failures = failures.filter(result__shard=shard)
-    conclusion = CONCLUSIONS.get(run.status, "failure")
-    if shard is not None and run.status == Run.Status.FAILED:
-        regressions = failures.filter(verdict=Failure.Verdict.REGRESSION).exists()
-        conclusion = "failure" if regressions or counts["failed"] else "success"
+        conclusion, ended = _shard_conclusion(run, shard, counts, failures), shard.finished_at
     return _body(
         run,
         shard,
         "completed",
         conclusion=conclusion,
-        completed_at=run.finished_at or timezone.now(),
+        completed_at=ended or timezone.now(),
         test_results=counts,
         failed_tests_detail=[_detail(failure) for failure in failures[:1000]],
         triage_verdict=_triage(run, list(failures)),
     )
+
+
+def _shard_conclusion(
+    run: Run, shard: Shard, counts: dict[str, int], failures: QuerySet[Failure]
+) -> str:
+    """A shard's own conclusion: lost to infrastructure, `cancelled` (never red, never green,
+    as a run in error); done, `failure` with a regression or with no test at all (as a run
+    with none), else `success`. A shard the run ended around takes the run's conclusion."""
+    if shard.status == Shard.Status.ERROR:
+        return CONCLUSIONS[Run.Status.ERROR]
+    if shard.status != Shard.Status.DONE:
+        return CONCLUSIONS.get(run.status, "failure")
+    regressed = failures.filter(verdict=Failure.Verdict.REGRESSION).exists()
+    return "failure" if regressed or counts["total"] == 0 else "success"
 
 
 def _detail(failure: Failure) -> dict[str, Any]:

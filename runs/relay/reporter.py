@@ -29,7 +29,7 @@ from collections import Counter
 from typing import Any
 
 from runs.relay import delivery
-from runs.relay.bridge import Crcr, Exit, duration
+from runs.relay.bridge import Crcr, Exit, add_common_arguments, duration, read_crcr_token
 
 OK, USAGE, UNREACHABLE = 0, 2, 3
 
@@ -137,55 +137,22 @@ class Reporter:
 
 
 def parser() -> argparse.ArgumentParser:
-    env = os.environ.get
-    server, repository, run_id = (
-        env("GITHUB_SERVER_URL"),
-        env("GITHUB_REPOSITORY"),
-        env("GITHUB_RUN_ID"),
-    )
-    actions_url = (
-        f"{server}/{repository}/actions/runs/{run_id}" if server and repository and run_id else None
-    )
     p = argparse.ArgumentParser(
         prog="python -m runs.relay.reporter",
         description="Send crcr's due HUD callbacks to the relay from a GitHub Actions job.",
         epilog="Exit codes: 0 nothing left to send now, 2 usage/configuration error or a "
         "refused callback, 3 relay or crcr unreachable (crcr retries later).",
     )
-    p.add_argument("--crcr", default=env("CRCR_URL"), help="crcr's base URL [CRCR_URL]")
-    p.add_argument("--crcr-token-file", help="file holding crcr's API token [else CRCR_TOKEN]")
-    p.add_argument(
-        "--backend", default=env("CRCR_BACKEND"), help="crcr backend slug [CRCR_BACKEND]"
-    )
-    p.add_argument("--relay-url", default=env("RELAY_URL"), help="relay callback URL [RELAY_URL]")
-    p.add_argument(
-        "--relay-token",
-        default=env("RELAY_TOKEN", "oidc"),
-        help="oidc | file:/path | none [RELAY_TOKEN, default oidc]",
-    )
-    p.add_argument("--workflow-name", default=env("GITHUB_WORKFLOW"), help="[GITHUB_WORKFLOW]")
-    p.add_argument("--workflow-url", default=actions_url, help="[this Actions run's page]")
-    p.add_argument("--run-id", default=run_id, help="[GITHUB_RUN_ID]")
-    p.add_argument(
-        "--run-attempt", default=env("GITHUB_RUN_ATTEMPT", "1"), help="[GITHUB_RUN_ATTEMPT]"
-    )
+    add_common_arguments(p)
     p.add_argument("--batch", type=int, default=10, help="callbacks per claim (default 10)")
     p.add_argument("--drain-for", type=duration, default=240.0, help="seconds (default 240)")
     p.add_argument("--send-timeout", type=duration, default=30.0, help="seconds (default 30)")
     p.add_argument("--crcr-retry-for", type=duration, default=120.0, help="seconds (default 120)")
-    p.add_argument("--retry-base", type=duration, default=2.0, help="backoff base in seconds")
     return p
 
 
 def _check(args: argparse.Namespace) -> None:
-    token = os.environ.get("CRCR_TOKEN", "")
-    if args.crcr_token_file:
-        try:
-            with open(args.crcr_token_file) as handle:
-                token = handle.read()
-        except OSError as error:
-            raise Exit(USAGE, f"cannot read {args.crcr_token_file}: {error}") from None
-    args.crcr_token = token.strip()
+    args.crcr_token = read_crcr_token(args)
     required = {
         "--crcr": args.crcr,
         "--backend": args.backend,

@@ -9,10 +9,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from runs import results
-from runs.models import Backend, Dispatch, Run, Shard, TestResult, Trigger
+from runs import results, shard_worker
+from runs.models import Backend, Dispatch, Run, Shard, Trigger
 from runs.relay import outbox, protocol
 from runs.relay.simulator import RelaySimulator
+from runs.report_files import TestRecord
 from tests.dispatches import pr_dispatch
 from tests.factories import make_backend, make_config
 
@@ -54,7 +55,7 @@ def one_job_started(backend: Backend) -> Run:
 
 
 def self_reported_run(backend: Backend, kind: str, sha: str, ref: str = "") -> Run:
-    """A finished nightly or release run: one `completed` self-report is queued."""
+    """A finished nightly, release or manual run: one `completed` self-report is queued."""
     trigger = Trigger.objects.create(backend=backend, kind=kind, pytorch_sha=sha, ref=ref)
     run = make_run(backend, trigger)
     shard = start_shard(run, 0)
@@ -78,12 +79,13 @@ def start_shard(run: Run, index: int) -> Shard:
 
 
 def finish_shard(shard: Shard, outcomes: tuple[str, ...] = ("passed", "passed")) -> None:
-    for number, outcome in enumerate(outcomes):
-        TestResult.objects.create(
-            shard=shard, run=shard.run, node_id=f"test/t.py::T::test_{shard.index}_{number}",
-            file_path="test/t.py", class_name="T", test_name=f"test_{number}", outcome=outcome,
-        )  # fmt: skip
-    Shard.objects.filter(pk=shard.pk).update(status="done")
+    """The shard's tests ran: its results stored and the shard done, as its worker does it
+    (in per-job mode that queues the shard's `completed`)."""
+    records = [
+        TestRecord(node_id=f"test/t.py::T::test_{shard.index}_{number}", outcome=outcome)
+        for number, outcome in enumerate(outcomes)
+    ]
+    shard_worker.store(shard, records)
 
 
 class ActionsRuntime:

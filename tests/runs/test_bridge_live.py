@@ -1,61 +1,106 @@
-"""The GitHub Actions bridge, as a separate process, against a live crcr server and
-the relay simulator: forward the dispatch, in_progress, follow the run, completed."""
+"""The GitHub Actions bridge, as a separate process holding only the OIDC token it mints, against
+a live crcr server and the relay simulator: forward the dispatch, in_progress, follow the run,
+completed; then an upstream "re-run failed jobs" runs the job again as attempt 2, and crcr
+re-runs only the failed shard as that attempt."""
 
 import json
+import os
 import subprocess
 import sys
 
-from django.conf import settings
+from django.conf import settings as django_settings
 
 from runs.models import Run
 from runs.relay.simulator import RelaySimulator
 from tests.dispatches import pr_dispatch
 from tests.factories import make_backend, make_config, make_token, make_user
+from tests.runs.reporter_runs import REPO, RUNTIME_TOKEN, ActionsRuntime, relay_audience_only
 
-REPO = "acme/torch-acme"
-TINY = """test_suite_config:
+PLAIN = "test/test_plain_reuse.py::TestPlainMath"
+# One test passes, one asserts 11 == 10 (a regression: nothing excuses it).
+TWO = """test_suite_config:
   files:
     - path: ${TORCH_ROOT}/test/test_plain_reuse.py
       unlisted_test_mode: skip
       tests:
-        - names: [TestPlainMath::test_sum, TestPlainStrings::test_sum]
+        - names: [TestPlainMath::test_sum, TestPlainMath::test_wrong_on_purpose]
           mode: mandatory_success
 """
 
 
-def test_the_bridge_reproduces_the_aggregate_flow(live_server, celery_worker, upstream, tmp_path):
+def bridge(live_server, token, relay, runtime, event, attempt: int) -> subprocess.CompletedProcess:
+    """The report job's step, as crcr-bridge.yml runs it: no database, broker or relay secret."""
+    env = {
+        name: value
+        for name, value in os.environ.items()
+        if not name.startswith(("DATABASE", "DJANGO", "CELERY", "CRCR", "RELAY"))
+    }
+    env |= {
+        "ACTIONS_ID_TOKEN_REQUEST_URL": runtime.url,
+        "ACTIONS_ID_TOKEN_REQUEST_TOKEN": RUNTIME_TOKEN,
+        "GITHUB_ACTIONS": "true",
+        "GITHUB_SERVER_URL": "https://github.com",
+        "GITHUB_REPOSITORY": REPO,
+        "GITHUB_RUN_ID": "4242",
+        "GITHUB_RUN_ATTEMPT": str(attempt),
+        "GITHUB_JOB": "crcr",
+        "GITHUB_WORKFLOW": "oot-ci",
+        "CRCR_URL": live_server.url,
+        "CRCR_BACKEND": "acme",
+        "CRCR_TOKEN": token,
+        "CRCR_CHECK_RUN_ID": "99",
+        "RELAY_URL": relay.url,
+        "RELAY_TOKEN": "oidc",
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "runs.relay.bridge", "--payload", str(event),
+         "--poll-interval", "1", "--timeout", "600"],
+        cwd=django_settings.BASE_DIR, env=env, capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+
+
+def test_the_bridge_reports_a_run_and_its_rerun_of_failed_shards_as_the_next_attempt(
+    live_server, celery_worker, upstream, tmp_path, settings, client
+):
+    settings.CRCR_MAX_SHARD_SECONDS = 0.01  # one shard per test
     backend = make_backend("acme", relay_mode="aggregate")  # no relay_url: the bridge reports
-    make_config(backend, TINY)
-    crcr_token = tmp_path / "crcr-token"
-    crcr_token.write_text(make_token(make_user("bridge", role="machine")))
-    relay_token = tmp_path / "relay-token"
-    relay_token.write_text("s3cret")
-    with RelaySimulator(token="s3cret", allowlist={REPO: "L2"}, strict=True) as relay:
+    make_config(backend, TWO)
+    token = make_token(make_user("bridge", role="machine"))
+    runtime = ActionsRuntime()
+    with RelaySimulator(allowlist={REPO: "L2"}, accept_unsigned_oidc=True, strict=True) as relay:
         body = pr_dispatch()
-        client_payload = relay.dispatch(body["delivery_id"], REPO, body["payload"])
         event = tmp_path / "event.json"
-        event.write_text(json.dumps(client_payload))
-        completed = subprocess.run(
-            [
-                sys.executable, "-m", "runs.relay.bridge", "--crcr", live_server.url,
-                "--crcr-token-file", str(crcr_token), "--backend", "acme",
-                "--relay-url", relay.url, "--relay-token", f"file:{relay_token}",
-                "--payload", str(event), "--job-name", "crcr", "--workflow-name", "oot-ci",
-                "--run-id", "4242", "--run-attempt", "1", "--check-run-id", "99",
-                "--poll-interval", "1", "--timeout", "600",
-            ],
-            cwd=settings.BASE_DIR, capture_output=True, text=True, timeout=900,
-        )  # fmt: skip
+        event.write_text(json.dumps(relay.dispatch(body["delivery_id"], REPO, body["payload"])))
+        first = bridge(live_server, token, relay, runtime, event, attempt=1)
+        second = bridge(live_server, token, relay, runtime, event, attempt=2)
         accepted = list(relay.accepted)
-    assert completed.returncode == 0, completed.stdout + completed.stderr
-    run = Run.objects.get(trigger__dispatch__delivery_id=body["delivery_id"])
-    assert run.status == "passed"
-    assert [status for _, status, _ in accepted] == ["in_progress", "completed"]
-    assert {key.run_id for key, _, _ in accepted} == {"4242"}
-    final = accepted[1].body["workflow"]
-    assert final["conclusion"] == "success"
-    assert final["test_results"] == run.test_counts() == {
-        "passed": 2, "failed": 0, "skipped": 0, "total": 2,
-    }  # fmt: skip
-    assert str(run.uuid) in final["url"]
-    assert not run.callbacks.exists()  # crcr itself sent nothing: the bridge did
+    runtime.close()
+
+    assert first.returncode == 1, first.stdout + first.stderr  # a run did not succeed
+    assert second.returncode == 1, second.stdout + second.stderr
+    run = Run.objects.get(trigger__dispatch__delivery_id=body["delivery_id"], run_attempt=1)
+    again = run.attempts.get()
+    assert "re-runs what failed" in second.stdout
+    assert (run.status, again.status, again.run_attempt) == ("failed", "failed", 2)
+    # Only the failed shard ran again, as a run of its own: attempt 1's results stay as they were.
+    assert run.shards.count() == 2
+    assert [shard.test_ids for shard in again.shards.all()] == [[f"{PLAIN}::test_wrong_on_purpose"]]
+    assert run.test_counts() == {"passed": 1, "failed": 1, "skipped": 0, "total": 2}
+    assert again.test_counts() == {"passed": 0, "failed": 1, "skipped": 0, "total": 1}
+    # One HUD job, reported under the Actions run, once per attempt.
+    jobs = [(key.run_id, key.run_attempt, key.job_name, status) for key, status, _ in accepted]
+    assert jobs == [
+        ("4242", "1", "crcr", "in_progress"), ("4242", "1", "crcr", "completed"),
+        ("4242", "2", "crcr", "in_progress"), ("4242", "2", "crcr", "completed"),
+    ]  # fmt: skip
+    first_result, second_result = accepted[1].body["workflow"], accepted[3].body["workflow"]
+    assert first_result["conclusion"] == second_result["conclusion"] == "failure"
+    assert first_result["test_results"] == run.test_counts()
+    assert second_result["test_results"] == again.test_counts()
+    assert second_result["url"] == f"https://github.com/{REPO}/actions/runs/4242"
+    assert str(again.uuid) in second_result["artifact_url"]
+    assert {key.repo for key, _, _ in accepted} == {REPO}  # proved by the minted token
+    assert relay_audience_only(runtime)
+    client.force_login(make_user("vera"))
+    page = client.get(f"/runs/{run.uuid}/").content.decode()
+    assert f'href="/runs/{again.uuid}/">attempt 2</a>' in page

@@ -5,10 +5,11 @@ import uuid
 import pytest
 
 from reproducibility.models import Rerun
-from runs import results
-from runs.models import Dispatch, RelayCallback, Run, Shard, TestResult, Trigger
+from runs import results, shard_worker
+from runs.models import Backend, Dispatch, RelayCallback, Run, Shard, TestResult, Trigger
 from runs.relay import outbox
 from runs.relay.simulator import RelaySimulator
+from runs.report_files import TestRecord
 from tests.dispatches import pr_dispatch
 from tests.factories import make_backend, make_config, make_user
 from tests.waiting import wait_for
@@ -22,17 +23,26 @@ def simulator(tmp_path):
         yield sim
 
 
-@pytest.fixture
-def relayed_backend(simulator, tmp_path, transactional_db):
+def relay_backend(simulator, tmp_path, **fields) -> Backend:
     token = tmp_path / "relay-token"
     token.write_text("s3cret\n")
-    backend = make_backend("acme", relay_url=simulator.url, relay_token=f"file:{token}")
+    backend = make_backend("acme", relay_url=simulator.url, relay_token=f"file:{token}", **fields)
     make_config(backend)
     return backend
 
 
-def finished_run(backend, simulator, shards: int = 2) -> Run:
-    """A dispatched run whose shards ran (results written directly), then finished."""
+@pytest.fixture
+def relayed_backend(simulator, tmp_path, transactional_db):
+    return relay_backend(simulator, tmp_path)
+
+
+@pytest.fixture
+def per_job_backend(simulator, tmp_path, transactional_db):
+    return relay_backend(simulator, tmp_path, relay_mode="per_job")
+
+
+def dispatched_run(backend, simulator) -> Run:
+    """A running run of a dispatch the relay knows; its in_progress is queued (aggregate)."""
     body = pr_dispatch(delivery_id=str(uuid.uuid4()))
     simulator.dispatch(body["delivery_id"], REPO, body["payload"])
     dispatch = Dispatch.objects.create(
@@ -48,6 +58,12 @@ def finished_run(backend, simulator, shards: int = 2) -> Run:
         config_version=backend.config_versions.get(), status=Run.Status.RUNNING,
     )  # fmt: skip
     outbox.job_started(run)
+    return run
+
+
+def finished_run(backend, simulator, shards: int = 2) -> Run:
+    """A dispatched run whose shards ran (results written directly), then finished."""
+    run = dispatched_run(backend, simulator)
     for index in range(shards):
         shard = Shard.objects.create(run=run, index=index, test_ids=[], status="running")
         outbox.job_started(run, shard)
@@ -94,6 +110,71 @@ def test_each_job_gets_one_in_progress_then_one_completed(
             assert body["workflow"]["test_results"] == run.shards.get(index=index).test_counts()
     assert all(body["workflow"]["conclusion"] == "failure" for body in completed)
     assert all(body["delivery_id"] == run.trigger.dispatch.delivery_id for body in completed)
+
+
+def shard_ran(run: Run, index: int, outcomes: list[str]) -> Shard:
+    """A shard whose worker stored its results, as `shard_worker.execute` does."""
+    shard = Shard.objects.get(run=run, index=index)
+    records = [
+        TestRecord(
+            node_id=f"test/t.py::T::test_{index}_{number}",
+            outcome=outcome,
+            message="AssertionError: Tensor-likes are not close!" if outcome == "failed" else "",
+        )
+        for number, outcome in enumerate(outcomes)
+    ]
+    shard_worker.store(shard, records)
+    return shard
+
+
+def completed_of(simulator) -> dict[str, dict]:
+    """What the HUD got for each finished job: its `completed` body's workflow."""
+    return {
+        key.job_name: body["workflow"]
+        for key, status, body in simulator.accepted
+        if status == "completed"
+    }
+
+
+def test_in_per_job_mode_a_shard_is_completed_at_the_hud_when_it_ends_not_with_the_run(
+    per_job_backend, simulator, celery_worker
+):
+    run = dispatched_run(per_job_backend, simulator)
+    for index in range(3):
+        shard = Shard.objects.create(run=run, index=index, test_ids=[], status="running")
+        outbox.job_started(run, shard)
+
+    shard_ran(run, 0, ["passed", "failed", "skipped"])  # a new test failing: a regression
+    shard_worker.fail(run.shards.get(index=2).pk, "artifact check failed: hash mismatch")
+    wait_for(lambda: delivered(run), what="the ended shards' callbacks")
+
+    # Shard 1 still runs: the HUD shows shards 0 and 2 finished, with their own results.
+    assert jobs_in(simulator) == {
+        "acme / shard 0": ["in_progress", "completed"],
+        "acme / shard 1": ["in_progress"],
+        "acme / shard 2": ["in_progress", "completed"],
+    }
+    assert Run.objects.get(pk=run.pk).status == Run.Status.RUNNING
+    first = completed_of(simulator)
+    assert first["acme / shard 0"]["conclusion"] == "failure"
+    assert first["acme / shard 0"]["test_results"] == {
+        "passed": 1, "failed": 1, "skipped": 1, "total": 3,
+    }  # fmt: skip
+    assert [t["name"] for t in first["acme / shard 0"]["failed_tests_detail"]] == ["test_0_1"]
+    assert first["acme / shard 2"]["conclusion"] == "cancelled"  # infrastructure, not red
+
+    shard_ran(run, 1, ["passed", "passed"])
+    results.finish_if_done(run.pk)
+    wait_for(lambda: delivered(run), what="the last shard's callbacks")
+
+    assert Run.objects.get(pk=run.pk).status == Run.Status.FAILED  # shard 0's regression
+    assert jobs_in(simulator) == {
+        f"acme / shard {index}": ["in_progress", "completed"] for index in range(3)
+    }
+    assert run.callbacks.filter(transition="completed").count() == 3
+    last = completed_of(simulator)["acme / shard 1"]
+    assert last["conclusion"] == "success"  # its own tests passed, though the run is red
+    assert last["test_results"] == {"passed": 2, "failed": 0, "skipped": 0, "total": 2}
 
 
 def test_a_relay_down_for_a_while_delays_callbacks_and_drops_none(

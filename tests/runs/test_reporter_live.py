@@ -81,13 +81,14 @@ def sent(relay: RelaySimulator) -> Counter[tuple[str, str, str]]:
     return Counter((key.delivery_id, key.job_name, status) for key, status, _ in relay.accepted)
 
 
-def test_nightly_release_and_per_job_reports_reach_the_relay_from_the_reporter(
+def test_nightly_release_manual_and_per_job_reports_reach_the_relay_from_the_reporter(
     live_server, crcr_token, runtime
 ):
     with RelaySimulator(allowlist={REPO: "L2"}, accept_unsigned_oidc=True, strict=True) as relay:
         backend = reporting_backend(relay.url, mode="per_job")
         nightly = self_reported_run(backend, "nightly", "c" * 40, ref="nightly")
         release = self_reported_run(backend, "release", "d" * 40, ref="release/2.14")
+        manual = self_reported_run(backend, "manual", "e" * 40)
         run = dispatched_run(backend, relay)
         shard0 = start_shard(run, 0)
         assert outbox.due() == []  # the beat's pass leaves them to the reporter
@@ -106,6 +107,7 @@ def test_nightly_release_and_per_job_reports_reach_the_relay_from_the_reporter(
     assert sent(relay) == {
         ("c" * 40, "acme", "completed"): 1,
         ("d" * 40, "acme", "completed"): 1,
+        ("e" * 40, "acme", "completed"): 1,
         (delivery, "acme / shard 0", "in_progress"): 1,
         (delivery, "acme / shard 0", "completed"): 1,
         (delivery, "acme / shard 1", "in_progress"): 1,
@@ -123,6 +125,9 @@ def test_nightly_release_and_per_job_reports_reach_the_relay_from_the_reporter(
         assert workflow["name"] == "crcr report"
     pages = {body["delivery_id"]: body["workflow"]["artifact_url"] for _, _, body in accepted}
     assert pages["c" * 40] == nightly.page_url() and pages["d" * 40] == release.page_url()
+    assert pages["e" * 40] == manual.page_url()
+    kinds = {body["delivery_id"]: body["event_type"] for _, _, body in accepted}
+    assert (kinds["c" * 40], kinds["d" * 40], kinds["e" * 40]) == ("nightly", "nightly", "periodic")
     assert set(RelayCallback.objects.values_list("status", flat=True)) == {"delivered"}
     assert Backend.objects.get().relay_token == "none"  # crcr holds no relay credential
 
