@@ -32,9 +32,9 @@ class BackendForm(forms.ModelForm):
         required=False,  # a form without it keeps the backend's current sender
         widget=forms.RadioSelect,
         label="Who sends the HUD callbacks",
-        help_text="PyTorch's relay needs the GitHub Actions reporter (relay token: none); the "
-        "relay worker is only for relays that accept a static token (the relay simulator, "
-        "a self-hosted relay).",
+        help_text="PyTorch's relay needs GitHub Actions (relay token: none); the relay worker "
+        "is only for relays that accept a static token (the relay simulator, a self-hosted "
+        "relay).",
     )
 
     def clean_relay_sender(self) -> str:
@@ -83,12 +83,13 @@ class BackendAdmin(admin.ModelAdmin):
                 {
                     "fields": relay,
                     "description": "PyTorch's relay accepts only an OIDC token that a GitHub "
-                    "Actions job mints, so for it a reporter workflow in the backend's "
-                    "repository (runs/relay/workflows/crcr-report.yml) claims the due callbacks "
-                    "from crcr and sends them, and crcr holds no relay credential; in aggregate "
-                    "mode the bridge job (crcr-bridge.yml) reports dispatched runs itself. "
-                    "crcr's own relay worker sends them only for relays that accept a static "
-                    "token: the relay simulator, a self-hosted relay.",
+                    "Actions job mints, so for it workflows in the backend's repository send "
+                    "the callbacks and crcr holds no relay credential: the bridge job "
+                    "(runs/relay/workflows/crcr-bridge.yml) reports dispatched runs, in either "
+                    "mode, and the reporter (crcr-report.yml) claims nightly, release and "
+                    "manual runs' self-reports from crcr. crcr's own relay worker sends them "
+                    "only for relays that accept a static token: the relay simulator, a "
+                    "self-hosted relay.",
                 },
             ),
             (

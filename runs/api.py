@@ -23,6 +23,7 @@ from runs.serializers import (
     CallbackStateSerializer,
     ClaimedCallbackSerializer,
     DispatchOutSerializer,
+    RunDetailSerializer,
     RunSerializer,
 )
 
@@ -124,8 +125,8 @@ class RunListAPI(generics.ListAPIView):
 class RunDetailAPI(generics.RetrieveAPIView):
     authentication_classes = [RoleTokenAuthentication]
     permission_classes = [IsAuthenticated]
-    serializer_class = RunSerializer
-    queryset = Run.objects.select_related("backend")
+    serializer_class = RunDetailSerializer
+    queryset = Run.objects.select_related("backend", "trigger__dispatch", "retry_of")
     lookup_field = "uuid"
 
 

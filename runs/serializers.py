@@ -6,6 +6,7 @@ from typing import Any
 from rest_framework import serializers
 
 from runs.models import Dispatch, RelayCallback, Run
+from runs.relay import outbox
 
 SHA = re.compile(r"^[0-9a-f]{40}$")
 
@@ -42,6 +43,19 @@ class RunSerializer(serializers.ModelSerializer):
 
     def get_attempt_of(self, run: Run) -> str | None:
         return str(run.retry_of.uuid) if run.retry_of else None
+
+
+class RunDetailSerializer(RunSerializer):
+    """A run with its HUD jobs, in the words a GitHub Actions bridge reports them."""
+
+    hud_jobs = serializers.SerializerMethodField()
+
+    class Meta(RunSerializer.Meta):
+        fields = [*RunSerializer.Meta.fields, "hud_jobs"]
+
+    def get_hud_jobs(self, run: Run) -> list[dict[str, Any]] | None:
+        # Only a dispatched run has HUD jobs of its own (the rest self-report).
+        return outbox.hud_jobs(run) if run.trigger.dispatch_id else None
 
 
 class _RefSerializer(serializers.Serializer):

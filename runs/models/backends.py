@@ -16,9 +16,14 @@ class Backend(models.Model):
 
     class RelaySender(models.TextChoices):
         """Who sends the callbacks: PyTorch's relay takes only an OIDC token that a GitHub
-        Actions job mints, so only a reporter workflow can reach it; a worker cannot."""
+        Actions job mints, so only Actions jobs can reach it (the bridge job reports dispatched
+        runs, the reporter claims self-reports from the outbox); a worker cannot."""
 
-        ACTIONS = "actions", "a GitHub Actions reporter (crcr-report.yml): PyTorch's relay"
+        ACTIONS = (
+            "actions",
+            "GitHub Actions: the bridge job (crcr-bridge.yml) for dispatched runs, the reporter "
+            "(crcr-report.yml) for nightly, release and manual runs: PyTorch's relay",
+        )
         WORKER = "worker", "crcr's relay worker: only for relays that accept a static token"
 
     slug = models.SlugField(unique=True)
@@ -52,8 +57,8 @@ class Backend(models.Model):
     relay_token = models.CharField(
         max_length=300,
         default="none",
-        help_text="file:/path/to/token or none: the relay worker's credential (none with a "
-        "GitHub Actions reporter, which mints its own)",
+        help_text="file:/path/to/token or none: the relay worker's credential (none with "
+        "GitHub Actions, whose jobs mint their own)",
     )
     webhook_secret = models.CharField(max_length=200, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
@@ -63,7 +68,7 @@ class Backend(models.Model):
 
     def clean(self) -> None:
         """A relay token spec the relay worker could never use is refused where it is typed,
-        and so is a credential crcr should not hold: with a GitHub Actions reporter the
+        and so is a credential crcr should not hold: with GitHub Actions as the sender the
         workers hold none, and a worker cannot mint the OIDC token PyTorch's relay wants."""
         problem = delivery.check_token_spec(self.relay_token, absolute=True)
         if problem:
@@ -71,15 +76,15 @@ class Backend(models.Model):
         if self.relay_sender == self.RelaySender.ACTIONS and self.relay_token.startswith("file:"):
             raise ValidationError(
                 {
-                    "relay_token": "with a GitHub Actions reporter crcr holds no relay "
-                    "credential (the reporter mints its own OIDC token): set none"
+                    "relay_token": "with GitHub Actions as the sender crcr holds no relay "
+                    "credential (the bridge and the reporter mint their own OIDC token): set none"
                 }
             )
         if self.relay_sender == self.RelaySender.WORKER and self.relay_token == "oidc":
             raise ValidationError(
                 {
                     "relay_sender": "a Celery worker cannot mint a GitHub Actions OIDC token: "
-                    "for PyTorch's relay choose the GitHub Actions reporter (and relay token "
-                    "none); the relay worker is only for relays that accept a static token"
+                    "for PyTorch's relay choose GitHub Actions (and relay token none); the "
+                    "relay worker is only for relays that accept a static token"
                 }
             )

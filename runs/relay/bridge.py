@@ -1,15 +1,18 @@
-"""The aggregate-mode bridge: one GitHub Actions job forwards a dispatch and reports to the HUD.
+"""The bridge: one GitHub Actions job forwards a dispatch and reports its runs to the HUD.
 
 Runs as `python -m runs.relay.bridge` on a runner that has only Python's standard library, so it
 imports nothing from Django. Steps:
 1. read the dispatch's client_payload (`$GITHUB_EVENT_PATH` or `--payload`);
 2. forward it to crcr (`POST /api/dispatches/?backend=…`; idempotent on delivery_id);
 3. wait for the gate: `recorded`/`rejected` end here with nothing sent to the relay;
-4. per run (one HUD job each), send `in_progress` with this job's identity; on a re-run of
-   this Actions job (`GITHUB_RUN_ATTEMPT` 2 or more, an upstream "re-run failed jobs")
-   the job follows crcr's same attempt of the run, which re-runs the failed shards;
-5. poll the runs until they end or `--timeout` passes, then send `completed` with the
-   counts and the run's page (`timed_out` for a run still going at the deadline).
+4. follow each run: on a re-run of this Actions job (`GITHUB_RUN_ATTEMPT` 2 or more, an
+   upstream "re-run failed jobs") crcr's same attempt of it, which re-runs the failed
+   shards (`POST /api/runs/<uuid>/attempts/`);
+5. poll the runs' HUD jobs (`hud_jobs` of `GET /api/runs/<uuid>/`: the run in aggregate
+   mode, each shard in per-job mode) and send, under this Actions job's identity, each
+   job's `in_progress` when it starts and its `completed` when it ends, with crcr's
+   conclusion, counts, failure details, triage verdict and run page; at `--timeout`
+   every job still open is reported `timed_out`.
 Exit codes: 0 success, 1 a run did not succeed, 2 usage/configuration error or a refused
 callback, 3 relay or crcr unreachable.
 """
@@ -24,29 +27,25 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any
 
 from runs.relay import delivery, protocol
+from runs.relay.actions import (
+    OK,
+    RUN_FAILED,
+    UNREACHABLE,
+    USAGE,
+    Crcr,
+    Exit,
+    add_common_arguments,
+    deliver,
+    duration,
+    read_crcr_token,
+)
 
-OK, RUN_FAILED, USAGE, UNREACHABLE = 0, 1, 2, 3
 FINISHED = ("passed", "failed", "cancelled", "timed_out", "error")
-# crcr's run status → the HUD's conclusion (an infrastructure error is still a failure there).
-CONCLUSIONS = {
-    "passed": "success",
-    "failed": "failure",
-    "cancelled": "cancelled",
-    "timed_out": "timed_out",
-    "error": "failure",
-}
-
-
-class Exit(Exception):
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 def say(message: str) -> None:
@@ -60,114 +59,31 @@ def fail(code: int, message: str) -> int:
     return code
 
 
-# --- delivery to the relay ----------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Delivery:
-    outcome: Literal["delivered", "refused", "unreachable"]
-    answer: delivery.Answer
-    attempts: int
-
-
-def deliver(
-    url: str,
-    body: Mapping[str, Any],
-    tokens: delivery.TokenProvider,
-    *,
-    give_up_after: float = 900.0,
-    base: float = 2.0,
-    sleep: Callable[[float], None] = time.sleep,
-    clock: Callable[[], float] = time.monotonic,
-) -> Delivery:
-    """Send one callback until it lands, is refused, or `give_up_after` seconds pass.
-
-    Steps: send; settle the answer (a repeat refused after a lost answer counts as landed);
-    on `retry` wait the larger of the backoff and Retry-After, unless that passes the deadline.
-    """
-    deadline = clock() + give_up_after
-    after_ambiguous = False
-    attempt = 0
-    while True:
-        attempt += 1
-        try:
-            answer = delivery.send(url, body, tokens)
-        except delivery.TokenError as error:
-            if not error.retryable:
-                raise
-            answer = delivery.Answer(None, str(error), True)
-        outcome = delivery.settle(answer, after_ambiguous=after_ambiguous)
-        if outcome != "retry":
-            return Delivery(outcome, answer, attempt)
-        after_ambiguous = after_ambiguous or answer.ambiguous
-        wait = max(delivery.backoff(attempt - 1, base), answer.retry_after or 0.0)
-        if clock() + wait > deadline:
-            return Delivery("unreachable", answer, attempt)
-        say(f"relay answered {answer.describe()}; retrying in {wait:.1f}s")
-        sleep(wait)
-
-
-# --- crcr's API ---------------------------------------------------------------------------
-
-
-class Crcr:
-    """crcr's machine API with a `Token` header; transient failures are retried."""
-
-    def __init__(self, base_url: str, token: str, retry_for: float, retry_base: float) -> None:
-        self.base_url, self.token = base_url.rstrip("/"), token
-        self.retry_for, self.retry_base = retry_for, retry_base
-
-    def call(
-        self, method: str, path: str, body: Any = None, *, expected: tuple[int, ...] = ()
-    ) -> dict[str, Any]:
-        """JSON from crcr; 4xx (but the `expected` ones, answered like a 2xx) raise Exit(2),
-        lasting 5xx or network errors Exit(3)."""
-        deadline = time.monotonic() + self.retry_for
-        attempt = 0
-        while True:
-            status, text = self._once(method, path, body)
-            if status is not None and (200 <= status < 300 or status in expected):
-                try:
-                    answer = json.loads(text)
-                except ValueError:
-                    raise Exit(UNREACHABLE, f"crcr answered {path} with non-JSON") from None
-                return answer if isinstance(answer, dict) else {}
-            if status is not None and status < 500 and status != 429:
-                raise Exit(USAGE, f"crcr refused {method} {path}: {status} {text[:500]}")
-            wait = delivery.backoff(attempt, self.retry_base, cap=60)
-            attempt += 1
-            if time.monotonic() + wait > deadline:
-                raise Exit(UNREACHABLE, f"crcr unreachable at {self.base_url}: {status or text}")
-            time.sleep(wait)
-
-    def _once(self, method: str, path: str, body: Any) -> tuple[int | None, str]:
-        data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(self.base_url + path, data=data, method=method)
-        request.add_header("Authorization", f"Token {self.token}")
-        request.add_header("Accept", "application/json")
-        if data is not None:
-            request.add_header("Content-Type", "application/json")
-        try:
-            with urllib.request.urlopen(request, timeout=60) as response:
-                return response.status, response.read().decode(errors="replace")
-        except urllib.error.HTTPError as error:
-            return error.code, error.read().decode(errors="replace")
-        except OSError as error:
-            return None, f"network error: {getattr(error, 'reason', error)}"
-
-
 # --- the job ------------------------------------------------------------------------------
 
 
 @dataclass
 class Job:
-    """One HUD job: one crcr run reported under this Actions job's identity."""
+    """One HUD job: a crcr run (aggregate mode) or one of its shards (per-job mode), reported
+    under this Actions job's identity."""
 
-    run: str
     name: str
+    check_run_id: str
     started_at: datetime
     done: bool = False
     conclusion: str | None = None
+
+
+@dataclass
+class Followed:
+    """A run of the dispatch: the crcr run reported for it (on a re-run of this Actions job,
+    crcr's attempt of that number) and its HUD jobs, by shard (None: the run itself)."""
+
+    run: str
+    name: str
+    page: str
+    jobs: dict[int | None, Job]
+    finished: bool = False
 
 
 class Bridge:
@@ -175,7 +91,7 @@ class Bridge:
         self.args, self.client_payload = args, client_payload
         self.crcr = Crcr(args.crcr, args.crcr_token, args.crcr_retry_for, args.retry_base)
         self.tokens = delivery.provider_from_spec(args.relay_token)
-        self.jobs: dict[str, Job] = {}
+        self.followed: dict[str, Followed] = {}
         self.ignored_noted = False
 
     def run(self) -> int:
@@ -199,24 +115,23 @@ class Bridge:
                 return fail(RUN_FAILED, f"no run to report after {waited}; nothing sent")
             self._pause(deadline)
             dispatch = self.crcr.call("GET", f"/api/dispatches/{uuid}/")
-        self._start_jobs(self._runs_of(dispatch))
-        while not all(job.done for job in self.jobs.values()):
-            for job in self.jobs.values():
-                if not job.done:
-                    self._check(job)
-            if all(job.done for job in self.jobs.values()):
+        self._follow(self._runs_of(dispatch))
+        while True:
+            for followed in self.followed.values():
+                if not followed.finished:
+                    self._check(followed)
+            if all(followed.finished for followed in self.followed.values()):
                 break
             if time.monotonic() >= deadline:
-                for job in self.jobs.values():
-                    if not job.done:
-                        self._finish(job, None, "timed_out")
+                self._time_out()
                 break
             self._pause(deadline)
-            self._start_jobs(self._runs_of(self.crcr.call("GET", f"/api/dispatches/{uuid}/")))
-        failed = [job.name for job in self.jobs.values() if job.conclusion != "success"]
+            self._follow(self._runs_of(self.crcr.call("GET", f"/api/dispatches/{uuid}/")))
+        jobs = [job for followed in self.followed.values() for job in followed.jobs.values()]
+        failed = [job.name for job in jobs if job.conclusion != "success"]
         if failed:
             return fail(RUN_FAILED, "not successful: " + ", ".join(failed))
-        say("every run succeeded")
+        say("every HUD job succeeded")
         return OK
 
     def _runs_of(self, dispatch: dict[str, Any]) -> list[str]:
@@ -226,18 +141,16 @@ class Bridge:
     def _pause(self, deadline: float) -> None:
         time.sleep(max(0.0, min(self.args.poll_interval, deadline - time.monotonic())))
 
-    def _start_jobs(self, runs: list[str]) -> None:
-        """Send `in_progress` for each run not yet reported, named apart when there are several."""
-        new = [run for run in runs if run not in self.jobs]
-        several = len(runs) > 1 or bool(self.jobs)
+    def _follow(self, runs: list[str]) -> None:
+        """Follow each run not followed yet, its HUD jobs named apart when there are several."""
+        new = [run for run in runs if run not in self.followed]
+        several = len(runs) > 1 or bool(self.followed)
         for run in new:
             name = self.args.job_name
             if several:
                 detail = self.crcr.call("GET", f"/api/runs/{run}/")
                 name = f"{name}/{(detail.get('job_name') or run[:8])[:100]}"
-            job = Job(self._attempt(run), name, datetime.now(UTC))
-            self._send(job, "in_progress")
-            self.jobs[run] = job
+            self.followed[run] = Followed(self._attempt(run), name, "", {})
 
     def _attempt(self, run: str) -> str:
         """The run this job follows: on a re-run of the job (run_attempt 2 or more) crcr's
@@ -253,41 +166,66 @@ class Bridge:
             say(f"attempt {number} of run {run}: nothing to re-run, reporting run {followed}")
         return followed
 
-    def _check(self, job: Job) -> None:
-        run = self.crcr.call("GET", f"/api/runs/{job.run}/")
-        status = run.get("status")
-        if status in FINISHED:
-            self._finish(job, run, CONCLUSIONS[status])
+    def _check(self, followed: Followed) -> None:
+        """Report what changed in the run's HUD jobs: in_progress for each that started,
+        completed (crcr's conclusion, counts, failures and verdict) for each that ended."""
+        run = self.crcr.call("GET", f"/api/runs/{followed.run}/")
+        followed.page = urllib.parse.urljoin(self.args.crcr + "/", run.get("url") or "")
+        for entry in run.get("hud_jobs") or []:
+            if entry["state"] == "waiting":
+                continue
+            job = followed.jobs.get(entry["shard"]) or self._start(followed, entry)
+            if entry["state"] == "finished" and not job.done:
+                self._finish(job, followed, entry["result"])
+        ended = run.get("status") in FINISHED
+        followed.finished = ended and all(job.done for job in followed.jobs.values())
 
-    def _finish(self, job: Job, run: dict[str, Any] | None, conclusion: str) -> None:
-        run = run or {}
-        job.conclusion = self._send(job, "completed", conclusion, run)
+    def _start(self, followed: Followed, entry: dict[str, Any]) -> Job:
+        shard, a = entry["shard"], self.args
+        check = a.check_run_id or f"{a.run_id}-{a.run_attempt}"
+        job = Job(
+            name=followed.name if shard is None else f"{followed.name} / shard {shard}",
+            check_run_id=check if shard is None else f"{check}-shard-{shard}",
+            started_at=_parse_time(entry.get("started_at")) or datetime.now(UTC),
+        )
+        self._send(job, followed, "in_progress", {})
+        followed.jobs[shard] = job
+        return job
+
+    def _finish(self, job: Job, followed: Followed, result: dict[str, Any]) -> None:
+        job.conclusion = self._send(job, followed, "completed", result)
         job.done = True
 
+    def _time_out(self) -> None:
+        """At --timeout every HUD job still open is reported `timed_out`."""
+        for followed in self.followed.values():
+            for job in followed.jobs.values():
+                if not job.done:
+                    self._finish(job, followed, {"conclusion": "timed_out"})
+
     def _send(
-        self, job: Job, status: protocol.Status, conclusion: str | None = None, run: Any = None
+        self, job: Job, followed: Followed, status: protocol.Status, result: dict[str, Any]
     ) -> str | None:
         """Build, deliver and report one callback; returns the conclusion it carried."""
         a = self.args
-        run = run or {}
-        page = run.get("url")
+        fields = {key: value for key, value in result.items() if value is not None}
+        fields.setdefault("artifact_url", followed.page or None)
         body = protocol.build_callback(
             self.client_payload,
             status=status,
-            conclusion=conclusion,
             name=a.workflow_name,
-            url=a.workflow_url or (page and urllib.parse.urljoin(a.crcr + "/", page)) or a.crcr,
+            url=a.workflow_url or followed.page or a.crcr,
             run_id=a.run_id,
             run_attempt=a.run_attempt,
             job_name=job.name,
-            check_run_id=a.check_run_id or f"{a.run_id}-{a.run_attempt}",
+            check_run_id=job.check_run_id,
             started_at=job.started_at,
-            test_results=run.get("test_results"),
-            artifact_url=page and urllib.parse.urljoin(a.crcr + "/", page),
+            **fields,
         )
         sent = deliver(
-            a.relay_url, body, self.tokens, give_up_after=a.relay_retry_for, base=a.retry_base
-        )
+            a.relay_url, body, self.tokens,
+            give_up_after=a.relay_retry_for, base=a.retry_base, note=say,
+        )  # fmt: skip
         what = f"{status} for {job.name}"
         if sent.outcome == "refused":
             raise Exit(USAGE, f"the relay refused {what}: {sent.answer.describe()}")
@@ -303,68 +241,14 @@ class Bridge:
         return carried
 
 
-# --- the command line ---------------------------------------------------------------------
-
-
-def duration(text: str) -> float:
-    """Seconds from `90`, `45s`, `30m` or `3h`."""
-    units = {"s": 1, "m": 60, "h": 3600}
-    scale = units.get(text[-1:].lower(), 1)
-    number = text[:-1] if text[-1:].lower() in units else text
+def _parse_time(text: str | None) -> datetime | None:
     try:
-        value = float(number) * scale
+        return datetime.fromisoformat(text.replace("Z", "+00:00")) if text else None
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not a duration: {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError("a duration must be positive")
-    return value
+        return None
 
 
-def actions_run_url() -> str | None:
-    """This GitHub Actions run's page, from the runner's environment."""
-    env = os.environ.get
-    server, repository, run_id = (
-        env("GITHUB_SERVER_URL"),
-        env("GITHUB_REPOSITORY"),
-        env("GITHUB_RUN_ID"),
-    )
-    return (
-        f"{server}/{repository}/actions/runs/{run_id}" if server and repository and run_id else None
-    )
-
-
-def add_common_arguments(p: argparse.ArgumentParser) -> None:
-    """The options the bridge and the reporter share: crcr, the relay, this Actions run."""
-    env = os.environ.get
-    p.add_argument("--crcr", default=env("CRCR_URL"), help="crcr's base URL [CRCR_URL]")
-    p.add_argument("--crcr-token-file", help="file holding crcr's API token [else CRCR_TOKEN]")
-    p.add_argument(
-        "--backend", default=env("CRCR_BACKEND"), help="crcr backend slug [CRCR_BACKEND]"
-    )
-    p.add_argument("--relay-url", default=env("RELAY_URL"), help="relay callback URL [RELAY_URL]")
-    p.add_argument(
-        "--relay-token",
-        default=env("RELAY_TOKEN", "oidc"),
-        help="oidc | file:/path | none [RELAY_TOKEN, default oidc]",
-    )
-    p.add_argument("--workflow-name", default=env("GITHUB_WORKFLOW"), help="[GITHUB_WORKFLOW]")
-    p.add_argument("--workflow-url", default=actions_run_url(), help="[this Actions run's page]")
-    p.add_argument("--run-id", default=env("GITHUB_RUN_ID"), help="[GITHUB_RUN_ID]")
-    p.add_argument(
-        "--run-attempt", default=env("GITHUB_RUN_ATTEMPT", "1"), help="[GITHUB_RUN_ATTEMPT]"
-    )
-    p.add_argument("--retry-base", type=duration, default=2.0, help="backoff base in seconds")
-
-
-def read_crcr_token(args: argparse.Namespace) -> str:
-    """crcr's API token: the file named by --crcr-token-file, else $CRCR_TOKEN."""
-    if not args.crcr_token_file:
-        return os.environ.get("CRCR_TOKEN", "").strip()
-    try:
-        with open(args.crcr_token_file) as handle:
-            return handle.read().strip()
-    except OSError as error:
-        raise Exit(USAGE, f"cannot read {args.crcr_token_file}: {error}") from None
+# --- the command line ---------------------------------------------------------------------
 
 
 def parser() -> argparse.ArgumentParser:

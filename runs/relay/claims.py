@@ -2,7 +2,9 @@
 
 PyTorch's relay accepts only an OIDC token that a GitHub Actions job mints, so for a
 backend whose `relay_sender` is `actions` a scheduled workflow (`python -m
-runs.relay.reporter`) drains the outbox through crcr's API. The outbox stays the one
+runs.relay.reporter`, crcr-report.yml) drains the outbox through crcr's API. What it finds
+there are self-reports, one `completed` per nightly, release or manual run: a dispatched run
+is the bridge job's to report (crcr-bridge.yml) and queues nothing. The outbox stays the one
 record: the reporter claims due rows on a lease, sends them and writes each answer back.
 1. `claim`: rows whose lease ran out are due again; the due rows are taken in the outbox's
    order and by its rules (`RelayCallbackQuerySet.due`, `outbox.take`), each one's HUD job
@@ -10,7 +12,8 @@ record: the reporter claims due rows on a lease, sends them and writes each answ
 2. `settle_reported`: the relay's answer is settled exactly as the relay worker settles
    its own (`outbox.settle_answer`), but only while the lease is the reporter's; a reporter
    that died lost its lease, and the next claim resends the row as an ambiguous retry
-   (a repeat the relay refuses then means the lost send had landed).
+   under the same identity: a repeat the relay refuses then means the lost send had landed,
+   and a self-report (the relay keeps no state for one) it takes again as the same HUD job.
 """
 
 import secrets
@@ -87,11 +90,13 @@ def claim(backend: Backend, reporter: Reporter, limit: int) -> Claim:
 
 
 def _fix_identity(callback: RelayCallback, reporter: Reporter) -> bool:
-    """Fix the Actions run a HUD job is reported under, once for both its transitions.
+    """Fix the Actions run a HUD job is reported under, once for all of its rows.
 
-    The job keeps the identity it has (its other row was claimed before, perhaps by an
-    earlier reporter run); a job already sent without one (by crcr's relay worker, before
-    the backend changed senders) keeps its body's own; else it takes this reporter's run.
+    A self-report is one row; a job that has another (one queued as an in_progress and
+    completed pair before dispatched runs went to the bridge) keeps the identity that row
+    got, perhaps from an earlier reporter run; a job already sent without one (by crcr's
+    relay worker, before the backend changed senders) keeps its body's own; else it takes
+    this reporter's run.
     False when this reporter's run already carries another job of the same name for the
     same delivery: the relay would take both for one job, so the row waits for the next run.
     """

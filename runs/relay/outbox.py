@@ -20,9 +20,10 @@ shard ending, a run finishing) and delivered by a task on the `relay` queue:
 Modes: per job (each shard is a HUD job, completed when the shard ends, done or in error,
 with its own counts and verdicts; the run's end writes any a shard's end did not) or
 aggregate (one job per run, completed when the run ends).
-Senders: crcr's relay worker (relays that accept a static token), or for PyTorch's relay a
-GitHub Actions reporter that claims due rows on a lease (`runs.relay.claims`); then a
-dispatched run in aggregate mode is the bridge job's to report, and nothing is queued.
+Senders: crcr's relay worker (relays that accept a static token), or for PyTorch's relay
+GitHub Actions: a dispatched run is then the bridge job's to report (crcr-bridge.yml, in
+either mode) and nothing is queued for it; self-reports are claimed on a lease by the
+reporter (crcr-report.yml, `runs.relay.claims`).
 Nightly and release runs self-report one `completed` (event_type `nightly`), manual runs one
 (event_type `periodic`); a bundle's re-run reports nothing.
 """
@@ -88,13 +89,9 @@ def _self_reported(run: Run) -> bool:
 
 def _enabled(run: Run) -> bool:
     backend = run.backend
-    # A dispatched run in aggregate mode reported from GitHub Actions: the bridge job
-    # (crcr-bridge.yml) is its HUD job and sends both callbacks itself.
-    bridged = (
-        backend.relay_sender == Backend.RelaySender.ACTIONS
-        and backend.relay_mode == Backend.RelayMode.AGGREGATE
-        and not _self_reported(run)
-    )
+    # A dispatched run reported from GitHub Actions: the bridge job (crcr-bridge.yml) sends
+    # its HUD jobs' callbacks itself (the run's, or each shard's in per-job mode).
+    bridged = backend.relay_sender == Backend.RelaySender.ACTIONS and not _self_reported(run)
     return bool(backend.relay_url) and client_payload(run) is not None and not bridged
 
 
@@ -183,6 +180,53 @@ def _job_finished(run: Run, shard: Shard | None) -> None:
     # then notes the result it could not send, once).
     _queue(run, T.IN_PROGRESS, shard, _body(run, shard, "in_progress"))
     _queue(run, T.COMPLETED, shard, _completed_body(run, shard))
+
+
+# What a bridge copies from crcr's `completed` of a HUD job (the rest is its own identity).
+RESULT_FIELDS = (
+    "conclusion", "completed_at", "test_results", "failed_tests_detail", "triage_verdict",
+    "artifact_url",
+)  # fmt: skip
+
+
+def hud_jobs(run: Run) -> list[dict[str, Any]]:
+    """The HUD jobs of a run as a GitHub Actions bridge reports them, in crcr's words.
+
+    One job for the run (aggregate mode, or a run that ended before it had shards), else
+    one per shard (none while the run is planned). Each says its shard (None: the run), its state (`waiting` for a shard
+    not started yet, `running`, `finished`), when it started, and once finished the
+    fields of the `completed` crcr would send itself (`RESULT_FIELDS`): one conclusion
+    rule, one set of counts, failure details and triage verdict, whoever sends.
+    """
+    shards = list(run.shards.order_by("index")) if _per_job(run) else []
+    if _per_job(run) and not shards and not run.is_finished:
+        return []  # planning: no shard to report yet
+    if not shards:
+        return [_hud_job(run, None, run.is_finished, run.started_at)]
+    return [
+        _hud_job(
+            run,
+            shard,
+            run.is_finished or shard.status in (Shard.Status.DONE, Shard.Status.ERROR),
+            shard.started_at,
+        )
+        for shard in shards
+    ]
+
+
+def _hud_job(run: Run, shard: Shard | None, finished: bool, started: Any) -> dict[str, Any]:
+    state = "finished" if finished else "running" if started or shard is None else "waiting"
+    result = None
+    if finished:
+        workflow = _completed_body(run, shard)["workflow"]
+        result = {key: workflow.get(key) for key in RESULT_FIELDS}
+    started_at = protocol.iso8601(started) if started else None
+    return {
+        "shard": shard.index if shard else None,
+        "state": state,
+        "started_at": started_at,
+        "result": result,
+    }
 
 
 def _completed_body(run: Run, shard: Shard | None) -> dict[str, Any]:

@@ -11,6 +11,7 @@ import base64
 import binascii
 import copy
 import json
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -215,6 +216,33 @@ def hud_status(data: bytes, body: dict[str, Any]) -> int:
     job_name = workflow.get("job_name")
     js_falsy = job_name in (None, "", 0) or job_name is False or job_name != job_name  # NaN
     return 400 if js_falsy or workflow.get("check_run_id") is None else 200
+
+
+def hud_key(repo: str, body: dict[str, Any]) -> str:
+    """The HUD's row of a job: extractDynamoRecord's dynamoKey, repo/delivery_id/workflow
+    name/job_name/check_run_id (torchci/lib/crcr/crcrUtils.ts at 0a1140dfc7, lines 110-113).
+    writeToDynamo is an UpdateItem (lines 170-196): a body sent again lands on the same row,
+    and only its non-null fields are written."""
+    workflow = body["workflow"]
+    parts = (body["delivery_id"], workflow["name"], workflow["job_name"], workflow["check_run_id"])
+    return "/".join([repo, *map(str, parts)])
+
+
+class HudTable:
+    """The HUD's table of jobs (`torchci-oot-workflow-job`): one row per `hud_key`."""
+
+    def __init__(self) -> None:
+        self._rows: dict[str, dict[str, Any]] = {}
+        self._lock = threading.Lock()
+
+    def write(self, repo: str, body: dict[str, Any]) -> None:
+        written = {key: value for key, value in body["workflow"].items() if value is not None}
+        with self._lock:
+            self._rows.setdefault(hud_key(repo, body), {}).update(written)
+
+    def rows(self) -> dict[str, dict[str, Any]]:
+        with self._lock:
+            return {key: dict(row) for key, row in self._rows.items()}
 
 
 def hud_rejected(status: int) -> Reject:

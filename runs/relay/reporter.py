@@ -1,13 +1,15 @@
-"""The outbox reporter: a GitHub Actions job sends crcr's due HUD callbacks to the relay.
+"""The outbox reporter: a GitHub Actions job sends crcr's due HUD self-reports to the relay.
 
 PyTorch's relay accepts only an OIDC token that a GitHub Actions job mints, and crcr's
-workers hold none: for a backend whose callbacks an Actions reporter sends, a scheduled
-workflow (`runs/relay/workflows/crcr-report.yml`) runs `python -m runs.relay.reporter` on a
-runner that has only Python's standard library, so it imports nothing from Django. Steps:
+workers hold none: for a backend whose callbacks GitHub Actions sends, the bridge job
+(crcr-bridge.yml) reports dispatched runs, and the outbox holds only self-reports (one
+`completed` per nightly, release or manual run). A scheduled workflow
+(`runs/relay/workflows/crcr-report.yml`) sends those: it runs `python -m runs.relay.reporter`
+on a runner that has only Python's standard library, so it imports nothing from Django. Steps:
 1. mint an OIDC token for the relay's audience (outside Actions: a configuration error);
 2. claim the backend's due callbacks from crcr on a lease, under this Actions run's
    identity (`POST /api/relay/claim/?backend=…`); crcr fixes each HUD job's identity at its
-   first claim, so a job's in_progress and completed match whichever run sends them;
+   first claim, so a resend goes out under the run that first claimed it;
 3. send each body to the relay with a freshly minted token and write the relay's answer
    back (`POST /api/relay/callbacks/<uuid>/answer/`): crcr settles it as its own relay
    worker would (delivered, refused for good, or due again later);
@@ -29,7 +31,7 @@ from collections import Counter
 from typing import Any
 
 from runs.relay import delivery
-from runs.relay.bridge import Crcr, Exit, add_common_arguments, duration, read_crcr_token
+from runs.relay.actions import Crcr, Exit, add_common_arguments, duration, read_crcr_token
 
 OK, USAGE, UNREACHABLE = 0, 2, 3
 

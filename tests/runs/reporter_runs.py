@@ -1,4 +1,5 @@
-"""Runs whose HUD callbacks a GitHub Actions reporter sends, and a stand-in Actions runtime."""
+"""Runs that queue HUD callbacks (or, for the bridge to report, none) and a stand-in Actions
+runtime: a reporter claims what a backend with an `actions` sender queues."""
 
 import base64
 import json
@@ -12,7 +13,6 @@ from urllib.parse import parse_qs, urlsplit
 from runs import results, shard_worker
 from runs.models import Backend, Dispatch, Run, Shard, Trigger
 from runs.relay import outbox, protocol
-from runs.relay.simulator import RelaySimulator
 from runs.report_files import TestRecord
 from tests.dispatches import pr_dispatch
 from tests.factories import make_backend, make_config
@@ -30,11 +30,9 @@ def reporting_backend(relay_url: str, mode: str = "per_job") -> Backend:
     return backend
 
 
-def dispatched_run(backend: Backend, relay: RelaySimulator | None) -> Run:
-    """A running run of a merged-PR dispatch the relay knows (when one is given)."""
+def dispatched_run(backend: Backend) -> Run:
+    """A running run of a merged-PR dispatch (with an `actions` sender, the bridge's to report)."""
     body = pr_dispatch(delivery_id=str(uuid.uuid4()))
-    if relay is not None:
-        relay.dispatch(body["delivery_id"], REPO, body["payload"])
     dispatch = Dispatch.objects.create(
         backend=backend, delivery_id=body["delivery_id"], event_type="pull_request",
         raw_body="{}", payload=body["payload"], verdict="accepted",
@@ -48,8 +46,9 @@ def dispatched_run(backend: Backend, relay: RelaySimulator | None) -> Run:
 
 
 def one_job_started(backend: Backend) -> Run:
-    """A dispatched run (per-job mode) whose first shard started: one in_progress queued."""
-    run = dispatched_run(backend, None)
+    """A dispatched run whose first shard started: with crcr's relay worker as the sender, one
+    in_progress queued (the run's, or in per-job mode the shard's)."""
+    run = dispatched_run(backend)
     start_shard(run, 0)
     return run
 

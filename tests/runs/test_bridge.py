@@ -27,13 +27,47 @@ PAYLOAD = {"action": "closed", "pull_request": {"number": 7, "head": {"sha": "c"
 COUNTS = {"passed": 40, "failed": 0, "skipped": 2, "total": 42}
 
 
-def run_state(status: str, results: dict[str, int] | None = None, uuid: str = RUN_ID):
+# crcr's conclusion of a finished run (runs.relay.outbox.CONCLUSIONS), as the fake answers it.
+CONCLUSION = {
+    "passed": "success", "failed": "failure", "cancelled": "cancelled",
+    "timed_out": "timed_out", "error": "cancelled",
+}  # fmt: skip
+
+
+def hud_job(state: str, shard: int | None = None, **result: Any) -> dict[str, Any]:
+    """One of a run's HUD jobs as crcr's run API words it."""
+    finished = state == "finished"
+    return {
+        "shard": shard,
+        "state": state,
+        "started_at": None,
+        "result": result if finished else None,
+    }
+
+
+def run_state(
+    status: str,
+    results: dict[str, int] | None = None,
+    uuid: str = RUN_ID,
+    jobs: list[dict[str, Any]] | None = None,
+):
+    """A run's state in crcr's API: in aggregate mode one HUD job, the run itself."""
+    page = f"http://crcr.test/runs/{uuid}/"
+    if jobs is None:
+        finished = status in CONCLUSION
+        outcome = {
+            "conclusion": CONCLUSION.get(status),
+            "test_results": results,
+            "artifact_url": page,
+        }
+        jobs = [hud_job("finished" if finished else "running", **(outcome if finished else {}))]
     return {
         "uuid": uuid,
         "status": status,
         "job_name": f"acme-{uuid[:4]}",
-        "url": f"http://crcr.test/runs/{uuid}/",
+        "url": page,
         "test_results": results,
+        "hud_jobs": jobs,
     }
 
 
@@ -249,6 +283,50 @@ def test_each_run_of_a_dispatch_is_its_own_hud_job(tmp_path, crcr, relay):
     assert len(relay.accepted) == 4
 
 
+def test_in_per_job_mode_each_shard_is_a_hud_job_started_and_ended_with_its_shard(
+    tmp_path, crcr, relay
+):
+    relay.dispatch("d-1", REPO, PAYLOAD)
+    one = {"passed": 3, "failed": 0, "skipped": 0, "total": 3}
+    two = {"passed": 1, "failed": 1, "skipped": 0, "total": 2}
+    detail = [
+        {
+            "name": "test_x",
+            "classname": "T",
+            "message": "AssertionError",
+            "stacktrace": "",
+            "duration": 0.1,
+        }
+    ]
+    shard0 = hud_job("finished", 0, conclusion="success", test_results=one)
+    shard1 = hud_job(
+        "finished", 1, conclusion="failure", test_results=two, failed_tests_detail=detail
+    )
+    states = [
+        run_state("running", jobs=[hud_job("running", 0), hud_job("waiting", 1)]),
+        run_state("running", jobs=[shard0, hud_job("waiting", 1)]),
+        run_state("running", jobs=[shard0, hud_job("running", 1)]),
+        run_state("failed", jobs=[shard0, shard1]),
+    ]
+    server = crcr([ACCEPTED], {RUN_ID: states})
+
+    done = bridge(tmp_path, server.url, relay.url)
+
+    assert done.returncode == 1 and "not successful: report / shard 1" in done.stderr
+    assert [(entry.key.job_name, entry.status) for entry in relay.accepted] == [
+        ("report / shard 0", "in_progress"), ("report / shard 0", "completed"),
+        ("report / shard 1", "in_progress"), ("report / shard 1", "completed"),
+    ]  # fmt: skip
+    ended = [entry.body["workflow"] for entry in relay.accepted if entry.status == "completed"]
+    assert [(w["conclusion"], w["test_results"]) for w in ended] == [
+        ("success", one),
+        ("failure", two),
+    ]
+    assert ended[1]["failed_tests_detail"][0]["name"] == "test_x"
+    assert {w["run_id"] for w in ended} == {"123"}
+    assert ended[0]["check_run_id"] != ended[1]["check_run_id"]
+
+
 def test_a_relay_outage_is_ridden_out_with_backoff(tmp_path, crcr, relay):
     relay.dispatch("d-1", REPO, PAYLOAD)
     relay.fail_next(3, status=503)
@@ -364,7 +442,7 @@ def test_forward_only_forwards_and_reports_nothing(tmp_path, crcr, relay):
 
 def test_the_bridge_and_the_simulator_import_nothing_from_django():
     check = (
-        "import sys, runs.relay.bridge, runs.relay.simulator; "
+        "import sys, runs.relay.bridge, runs.relay.reporter, runs.relay.simulator; "
         "assert not [m for m in sys.modules if m.split('.')[0] in ('django', 'rest_framework')]"
     )
 

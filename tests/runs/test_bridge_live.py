@@ -8,9 +8,10 @@ import os
 import subprocess
 import sys
 
+import pytest
 from django.conf import settings as django_settings
 
-from runs.models import Run
+from runs.models import RelayCallback, Run
 from runs.relay.simulator import RelaySimulator
 from tests.dispatches import pr_dispatch
 from tests.factories import make_backend, make_config, make_token, make_user
@@ -59,11 +60,26 @@ def bridge(live_server, token, relay, runtime, event, attempt: int) -> subproces
     )  # fmt: skip
 
 
+# The HUD jobs the relay took, per mode: the run, or each shard (attempt 2 re-runs shard 1).
+JOBS = {
+    "aggregate": [("1", "crcr"), ("1", "crcr"), ("2", "crcr"), ("2", "crcr")],
+    "per_job": [
+        ("1", "crcr / shard 0"), ("1", "crcr / shard 0"), ("1", "crcr / shard 1"),
+        ("1", "crcr / shard 1"), ("2", "crcr / shard 1"), ("2", "crcr / shard 1"),
+    ],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("mode", ["aggregate", "per_job"])
 def test_the_bridge_reports_a_run_and_its_rerun_of_failed_shards_as_the_next_attempt(
-    live_server, celery_worker, upstream, tmp_path, settings, client
+    live_server, celery_worker, upstream, tmp_path, settings, client, mode
 ):
     settings.CRCR_MAX_SHARD_SECONDS = 0.01  # one shard per test
-    backend = make_backend("acme", relay_mode="aggregate")  # no relay_url: the bridge reports
+    # Reported from GitHub Actions: crcr holds no relay credential, its workers send nothing.
+    backend = make_backend(
+        "acme", relay_mode=mode, relay_sender="actions", relay_token="none",
+        relay_url="https://relay.invalid/github/callback",
+    )  # fmt: skip
     make_config(backend, TWO)
     token = make_token(make_user("bridge", role="machine"))
     runtime = ActionsRuntime()
@@ -86,17 +102,32 @@ def test_the_bridge_reports_a_run_and_its_rerun_of_failed_shards_as_the_next_att
     assert run.shards.count() == 2
     assert [shard.test_ids for shard in again.shards.all()] == [[f"{PLAIN}::test_wrong_on_purpose"]]
     assert run.test_counts() == {"passed": 1, "failed": 1, "skipped": 0, "total": 2}
-    assert again.test_counts() == {"passed": 0, "failed": 1, "skipped": 0, "total": 1}
-    # One HUD job, reported under the Actions run, once per attempt.
-    jobs = [(key.run_id, key.run_attempt, key.job_name, status) for key, status, _ in accepted]
-    assert jobs == [
-        ("4242", "1", "crcr", "in_progress"), ("4242", "1", "crcr", "completed"),
-        ("4242", "2", "crcr", "in_progress"), ("4242", "2", "crcr", "completed"),
-    ]  # fmt: skip
-    first_result, second_result = accepted[1].body["workflow"], accepted[3].body["workflow"]
+    assert not RelayCallback.objects.exists()  # the bridge sent everything itself
+    # Each HUD job under the Actions run, in_progress then completed, once per attempt.
+    jobs = [(key.run_attempt, key.job_name) for key, _, _ in accepted]
+    assert sorted(jobs) == JOBS[mode]
+    assert {key.run_id for key, _, _ in accepted} == {"4242"}
+    for job in set(jobs):
+        assert [status for key, status, _ in accepted if (key.run_attempt, key.job_name) == job] == [
+            "in_progress", "completed",
+        ]  # fmt: skip
+    ended = {
+        (key.run_attempt, key.job_name): body["workflow"]
+        for key, status, body in accepted
+        if status == "completed"
+    }
+    failed = {"passed": 0, "failed": 1, "skipped": 0, "total": 1}
+    if mode == "aggregate":
+        first_result, second_result = ended[("1", "crcr")], ended[("2", "crcr")]
+        assert first_result["test_results"] == run.test_counts()
+    else:
+        passed = ended[("1", "crcr / shard 0")]
+        assert passed["conclusion"] == "success" and passed["test_results"]["passed"] == 1
+        first_result, second_result = ended[("1", "crcr / shard 1")], ended[("2", "crcr / shard 1")]
+        assert first_result["test_results"] == failed
     assert first_result["conclusion"] == second_result["conclusion"] == "failure"
-    assert first_result["test_results"] == run.test_counts()
-    assert second_result["test_results"] == again.test_counts()
+    assert first_result["failed_tests_detail"][0]["name"] == "test_wrong_on_purpose"
+    assert second_result["test_results"] == again.test_counts() == failed
     assert second_result["url"] == f"https://github.com/{REPO}/actions/runs/4242"
     assert str(again.uuid) in second_result["artifact_url"]
     assert {key.repo for key, _, _ in accepted} == {REPO}  # proved by the minted token

@@ -1,5 +1,7 @@
 """The reporter API: claims on the outbox with a lease, answers settled by the outbox's rules,
-a HUD job's identity fixed at its first claim, and who may send a backend's callbacks."""
+a HUD job's identity fixed at its first claim, and who may send a backend's callbacks. With
+GitHub Actions as the sender the outbox holds only self-reports (nightly, release and manual
+runs); a dispatched run is the bridge job's to report."""
 
 import importlib
 from datetime import timedelta
@@ -11,7 +13,7 @@ from django.contrib.auth import get_user_model
 from django.utils import timezone
 
 from runs import results
-from runs.models import Backend, RelayCallback
+from runs.models import Backend, RelayCallback, Run
 from runs.relay import outbox
 from tests.factories import PASSWORD, make_backend, make_config, make_token, make_user
 from tests.runs.reporter_runs import (
@@ -69,62 +71,68 @@ def api(client) -> Api:
     return Api(client, make_token(make_user("reporter", role="machine")))
 
 
-def jobs(claim: dict[str, Any]) -> list[tuple[str, str]]:
-    return [(c["job_name"], c["transition"]) for c in claim["callbacks"]]
+def runs(claim: dict[str, Any]) -> list[str]:
+    return [c["run"] for c in claim["callbacks"]]
 
 
-def per_job_run_finished(backend: Backend, shards: int = 2):
-    run = dispatched_run(backend, None)
+def nightly_run(backend: Backend) -> Run:
+    """A finished nightly run: its one `completed` self-report is due."""
+    return self_reported_run(backend, "nightly", "c" * 40, ref="nightly")
+
+
+def dispatched_run_finished(backend: Backend, shards: int = 2) -> Run:
+    run = dispatched_run(backend)
     for index in range(shards):
         finish_shard(start_shard(run, index))
     results.finish_if_done(run.pk)
+    run.refresh_from_db()
     return run
 
 
 def test_claims_go_in_the_outboxs_order_and_never_hand_one_callback_to_two_reporters(api):
-    per_job_run_finished(reporting_backend(RELAY))
+    backend = reporting_backend(RELAY)
+    nightly = self_reported_run(backend, "nightly", "c" * 40, ref="nightly")
+    release = self_reported_run(backend, "release", "d" * 40, ref="release/2.14")
+    manual = self_reported_run(backend, "manual", "e" * 40)
 
     first = api.claim("9001", limit=1)
     second = api.claim("9002")
 
-    assert jobs(first) == [("acme / shard 0", "in_progress")]
-    # A completed waits until its job's in_progress has landed.
-    assert jobs(second) == [("acme / shard 1", "in_progress")]
+    assert runs(first) == [str(nightly.uuid)]
+    assert runs(second) == [str(release.uuid), str(manual.uuid)]
     assert api.claim("9003")["callbacks"] == []
     assert api.answer(first, status=200, text='{"ok": true}')["status"] == "delivered"
-    assert jobs(api.claim("9003")) == [("acme / shard 0", "completed")]
+    assert api.claim("9003")["callbacks"] == []  # a delivered row is never handed out again
 
 
-def test_a_job_keeps_the_identity_of_the_actions_run_that_first_claimed_it(api):
-    run = one_job_started(reporting_backend(RELAY))
-    started = api.claim("9001")
-    api.answer(started, status=200, text='{"ok": true}')
-    finish_shard(run.shards.get())
-    results.finish_if_done(run.pk)  # the completed is written after the in_progress went out
-
-    completed = api.claim("9002")  # a later reporter run sends it
-
-    bodies = [started["callbacks"][0]["body"], completed["callbacks"][0]["body"]]
-    for body in bodies:
-        workflow = body["workflow"]
-        assert (workflow["run_id"], workflow["run_attempt"]) == ("9001", "1")
-        assert workflow["url"] == "https://github.com/acme/torch-acme/actions/runs/9001"
-        assert workflow["name"] == "crcr report" and workflow["job_name"] == "acme / shard 0"
-        assert workflow["artifact_url"] == run.page_url()
-    assert [b["workflow"]["status"] for b in bodies] == ["in_progress", "completed"]
-
-
-def test_in_aggregate_mode_the_bridge_reports_dispatched_runs_and_the_reporter_the_rest(api):
-    backend = reporting_backend(RELAY, mode="aggregate")
-    run = dispatched_run(backend, None)
-    finish_shard(start_shard(run, 0))
-    results.finish_if_done(run.pk)
+@pytest.mark.parametrize("mode", ["per_job", "aggregate"])
+def test_with_actions_the_bridge_reports_dispatched_runs_and_the_reporter_self_reports(api, mode):
+    backend = reporting_backend(RELAY, mode=mode)
+    run = dispatched_run_finished(backend)
     nightly = self_reported_run(backend, "nightly", "c" * 40, ref="nightly")
+    manual = self_reported_run(backend, "manual", "e" * 40)
 
     claim = api.claim()
 
-    assert not run.callbacks.exists()  # crcr-bridge.yml's job is this run's HUD job
-    assert [c["run"] for c in claim["callbacks"]] == [str(nightly.uuid)]
+    assert run.is_finished and run.shards.count() == 2
+    assert not run.callbacks.exists()  # crcr-bridge.yml's job reports it, in either mode
+    assert runs(claim) == [str(nightly.uuid), str(manual.uuid)]
+    assert [c["body"]["event_type"] for c in claim["callbacks"]] == ["nightly", "periodic"]
+    assert api.claim()["callbacks"] == []
+
+
+def test_a_self_report_goes_out_as_a_job_of_the_actions_run_that_claimed_it(api):
+    run = self_reported_run(reporting_backend(RELAY), "release", "d" * 40, ref="release/2.14")
+
+    claimed = api.claim("9001")["callbacks"]
+
+    assert [(c["job_name"], c["transition"]) for c in claimed] == [("acme", "completed")]
+    workflow = claimed[0]["body"]["workflow"]
+    assert (workflow["run_id"], workflow["run_attempt"]) == ("9001", "1")
+    assert workflow["url"] == "https://github.com/acme/torch-acme/actions/runs/9001"
+    assert workflow["name"] == "crcr report" and workflow["job_name"] == "acme"
+    assert workflow["artifact_url"] == run.page_url()
+    assert (workflow["status"], workflow["conclusion"]) == ("completed", "success")
 
 
 def test_two_jobs_one_actions_run_could_not_tell_apart_go_out_in_two_runs(api):
@@ -151,7 +159,7 @@ def test_two_jobs_one_actions_run_could_not_tell_apart_go_out_in_two_runs(api):
     ],
 )
 def test_an_answer_written_back_is_settled_as_the_relay_worker_settles_its_own(api, answer, state):
-    one_job_started(reporting_backend(RELAY))
+    nightly_run(reporting_backend(RELAY))
     claim = api.claim()
 
     written = api.answer(claim, **answer)
@@ -164,7 +172,7 @@ def test_an_answer_written_back_is_settled_as_the_relay_worker_settles_its_own(a
 
 
 def test_a_repeat_refused_after_a_lost_answer_means_the_first_send_landed(api):
-    one_job_started(reporting_backend(RELAY))
+    nightly_run(reporting_backend(RELAY))
     lost = api.claim("9001")
     api.answer(lost, status=502, text="bad gateway")
     RelayCallback.objects.update(next_attempt_at=timezone.now())
@@ -172,11 +180,13 @@ def test_a_repeat_refused_after_a_lost_answer_means_the_first_send_landed(api):
     again = api.claim("9002")
 
     assert again["callbacks"][0]["body"]["workflow"]["run_id"] == "9001"
+    # The relay takes a self-report's repeat again; it refuses a dispatched job's (rows queued
+    # before the bridge reported dispatched runs still drain here): either way, delivered.
     assert api.answer(again, status=400, text=DUPLICATE)["status"] == "delivered"
 
 
 def test_a_retry_after_is_honoured(api):
-    one_job_started(reporting_backend(RELAY))
+    nightly_run(reporting_backend(RELAY))
     claim = api.claim()
 
     api.answer(claim, status=429, text='{"detail": "rate limit"}', retry_after="120")
@@ -187,7 +197,7 @@ def test_a_retry_after_is_honoured(api):
 
 
 def test_a_lease_that_ran_out_is_claimed_again_and_its_late_answer_is_refused(api):
-    one_job_started(reporting_backend(RELAY))
+    nightly_run(reporting_backend(RELAY))
     dead = api.claim("9001")
     assert api.claim("9002")["callbacks"] == []  # leased
     RelayCallback.objects.update(lease_until=timezone.now() - timedelta(seconds=1))
@@ -200,11 +210,11 @@ def test_a_lease_that_ran_out_is_claimed_again_and_its_late_answer_is_refused(ap
     assert callback.status == "sending" and callback.attempts == 2
     assert callback.last_status_code is None  # the dead reporter's send may have landed
     assert resumed["callbacks"][0]["body"]["workflow"]["run_id"] == "9001"
-    assert api.answer(resumed, status=400, text=DUPLICATE)["status"] == "delivered"
+    assert api.answer(resumed, status=200, text='{"ok": true}')["status"] == "delivered"
 
 
 def test_a_callback_given_back_unsent_costs_no_attempt(api):
-    one_job_started(reporting_backend(RELAY))
+    nightly_run(reporting_backend(RELAY))
     claim = api.claim()
 
     written = api.answer(claim, sent=False)
@@ -214,7 +224,7 @@ def test_a_callback_given_back_unsent_costs_no_attempt(api):
 
 
 def test_the_relay_worker_never_sends_a_reporters_callbacks(api):
-    run = one_job_started(reporting_backend(RELAY))
+    run = nightly_run(reporting_backend(RELAY))
     callback = run.callbacks.get()
 
     assert outbox.due() == []  # the beat's pass
@@ -273,11 +283,11 @@ def test_the_backend_settings_say_who_sends_and_why(client):
 
     assert response.status_code == 302 and backend.relay_sender == "actions"
     assert "only for relays that accept a static token" in page
-    assert "crcr-report.yml" in page and "OIDC token" in page
+    assert "crcr-bridge.yml" in page and "crcr-report.yml" in page and "OIDC token" in page
 
 
 def test_the_run_page_says_who_sends_and_under_which_actions_run(client, api):
-    run = one_job_started(reporting_backend(RELAY))
+    run = nightly_run(reporting_backend(RELAY))
     api.claim("9001")
     client.force_login(make_user("vera"))
 
@@ -286,6 +296,17 @@ def test_the_run_page_says_who_sends_and_under_which_actions_run(client, api):
     assert "GitHub Actions reporter" in page and "crcr holds no relay credential" in page
     assert 'href="https://github.com/acme/torch-acme/actions/runs/9001"' in page
     assert "by actions run 9001 attempt 1" in page
+
+
+def test_the_run_page_of_a_dispatched_run_names_the_bridge_job_as_its_sender(client):
+    run = dispatched_run_finished(reporting_backend(RELAY))
+    client.force_login(make_user("vera"))
+
+    page = client.get(f"/runs/{run.uuid}/").content.decode()
+
+    assert "bridge job (<code>crcr-bridge.yml</code>)" in page
+    assert "GitHub Actions reporter" not in page and "crcr holds no relay credential" in page
+    assert "No callbacks: the bridge job reports this run." in page
 
 
 def test_the_migration_hands_a_backend_set_to_oidc_to_a_reporter():

@@ -322,6 +322,26 @@ def test_a_nightly_self_report_needs_no_dispatch_but_only_completed(relay):
     ]
 
 
+def test_the_hud_keeps_one_row_per_job_and_check_run_that_a_resend_updates(relay):
+    nightly = protocol.nightly_payload(SHA)
+    dispatched = relay.dispatch("d-1", REPO, PAYLOAD)
+
+    post(relay, callback(nightly, "completed"))
+    post(relay, callback(nightly, "completed", conclusion="failure"))  # the relay takes it again
+    post(relay, callback(dispatched))
+    post(relay, callback(dispatched, "completed", started_at=None))
+    post(relay, callback(dispatched, run_attempt="2", check_run_id="12"))  # a re-run's job
+
+    rows = relay.hud_table.rows()
+    assert sorted(rows) == [
+        f"{REPO}/{SHA}/crcr/report/11", f"{REPO}/d-1/crcr/report/11", f"{REPO}/d-1/crcr/report/12",
+    ]  # fmt: skip
+    assert rows[f"{REPO}/{SHA}/crcr/report/11"]["conclusion"] == "failure"  # the last write
+    first = rows[f"{REPO}/d-1/crcr/report/11"]
+    assert first["status"] == "completed" and first["started_at"] == "2026-05-04T00:00:00Z"
+    assert rows[f"{REPO}/d-1/crcr/report/12"]["status"] == "in_progress"
+
+
 def test_jobs_and_attempts_of_one_delivery_have_their_own_state(relay):
     dispatched = relay.dispatch("d-1", REPO, PAYLOAD)
 

@@ -13,7 +13,6 @@ from collections.abc import Iterator
 import pytest
 from django.conf import settings
 
-from runs import results
 from runs.models import Backend, RelayCallback, Run
 from runs.relay import outbox
 from runs.relay.simulator import RelaySimulator
@@ -22,12 +21,9 @@ from tests.runs.reporter_runs import (
     REPO,
     RUNTIME_TOKEN,
     ActionsRuntime,
-    dispatched_run,
-    finish_shard,
     relay_audience_only,
     reporting_backend,
     self_reported_run,
-    start_shard,
 )
 
 ACTIONS = "https://github.com/acme/torch-acme/actions/runs"
@@ -81,48 +77,32 @@ def sent(relay: RelaySimulator) -> Counter[tuple[str, str, str]]:
     return Counter((key.delivery_id, key.job_name, status) for key, status, _ in relay.accepted)
 
 
-def test_nightly_release_manual_and_per_job_reports_reach_the_relay_from_the_reporter(
+def test_nightly_release_and_manual_reports_reach_the_relay_from_the_reporter(
     live_server, crcr_token, runtime
 ):
     with RelaySimulator(allowlist={REPO: "L2"}, accept_unsigned_oidc=True, strict=True) as relay:
-        backend = reporting_backend(relay.url, mode="per_job")
+        backend = reporting_backend(relay.url)
         nightly = self_reported_run(backend, "nightly", "c" * 40, ref="nightly")
         release = self_reported_run(backend, "release", "d" * 40, ref="release/2.14")
         manual = self_reported_run(backend, "manual", "e" * 40)
-        run = dispatched_run(backend, relay)
-        shard0 = start_shard(run, 0)
         assert outbox.due() == []  # the beat's pass leaves them to the reporter
 
-        first = report(live_server, crcr_token, relay, runtime, "7001")
-        finish_shard(shard0)
-        finish_shard(start_shard(run, 1))
-        results.finish_if_done(run.pk)
-        second = report(live_server, crcr_token, relay, runtime, "7002")
+        reported = report(live_server, crcr_token, relay, runtime, "7001")
         accepted = list(relay.accepted)
 
-    assert first.returncode == 0, first.stdout + first.stderr
-    assert second.returncode == 0, second.stdout + second.stderr
-    assert "sent in_progress of acme / shard 0: 200" in first.stdout
-    delivery = run.trigger.dispatch.delivery_id
+    assert reported.returncode == 0, reported.stdout + reported.stderr
+    assert reported.stdout.count("sent completed of acme: 200") == 3
     assert sent(relay) == {
         ("c" * 40, "acme", "completed"): 1,
         ("d" * 40, "acme", "completed"): 1,
         ("e" * 40, "acme", "completed"): 1,
-        (delivery, "acme / shard 0", "in_progress"): 1,
-        (delivery, "acme / shard 0", "completed"): 1,
-        (delivery, "acme / shard 1", "in_progress"): 1,
-        (delivery, "acme / shard 1", "completed"): 1,
     }
     assert {key.repo for key, _, _ in accepted} == {REPO}  # proved by the minted token
     assert relay_audience_only(runtime)
-    # Each HUD job under the Actions run that first claimed it, both transitions alike.
-    runs_of = {(key.job_name, key.delivery_id, status): key.run_id for key, status, _ in accepted}
-    assert runs_of[("acme / shard 0", delivery, "completed")] == "7001"  # sent by run 7002
-    assert runs_of[("acme / shard 1", delivery, "in_progress")] == "7002"
-    for key, _, body in accepted:
+    for key, _, body in accepted:  # each a HUD job of the Actions run that sent it
         workflow = body["workflow"]
-        assert workflow["url"] == f"{ACTIONS}/{key.run_id}" and workflow["run_attempt"] == "1"
-        assert workflow["name"] == "crcr report"
+        assert key.run_id == "7001" and workflow["url"] == f"{ACTIONS}/7001"
+        assert workflow["run_attempt"] == "1" and workflow["name"] == "crcr report"
     pages = {body["delivery_id"]: body["workflow"]["artifact_url"] for _, _, body in accepted}
     assert pages["c" * 40] == nightly.page_url() and pages["d" * 40] == release.page_url()
     assert pages["e" * 40] == manual.page_url()
@@ -132,7 +112,7 @@ def test_nightly_release_manual_and_per_job_reports_reach_the_relay_from_the_rep
     assert Backend.objects.get().relay_token == "none"  # crcr holds no relay credential
 
 
-def test_a_reporter_killed_mid_drain_loses_and_duplicates_nothing(
+def test_a_reporter_killed_mid_drain_loses_and_duplicates_nothing_on_the_hud(
     live_server, crcr_token, runtime, settings
 ):
     settings.CRCR_RELAY_LEASE_SECONDS = 5
@@ -152,39 +132,51 @@ def test_a_reporter_killed_mid_drain_loses_and_duplicates_nothing(
         strict=True,
         log=kill_after_the_first_send,
     ) as relay:
-        backend = reporting_backend(relay.url, mode="per_job")
-        run = dispatched_run(backend, relay)
-        for index in range(2):
-            finish_shard(start_shard(run, index))
-        results.finish_if_done(run.pk)
+        backend = reporting_backend(relay.url)
+        # Four self-reports in the outbox's order, each its own HUD job (a SHA of its own):
+        # the killed reporter claims the first two.
+        shas = ["1" * 40, "2" * 40, "3" * 40, "4" * 40]
+        self_reported_run(backend, "nightly", shas[0], ref="nightly")
+        self_reported_run(backend, "release", shas[1], ref="release/2.14")
+        self_reported_run(backend, "manual", shas[2])
+        self_reported_run(backend, "nightly", shas[3], ref="nightly")
 
         env = reporter_env(live_server, crcr_token, relay, runtime, "8001")
         victim["reporter"] = subprocess.Popen(
-            [sys.executable, "-m", "runs.relay.reporter"], cwd=settings.BASE_DIR, env=env,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            [sys.executable, "-m", "runs.relay.reporter", "--batch", "2"], cwd=settings.BASE_DIR,
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         )  # fmt: skip
         assert victim["reporter"].wait(timeout=120) == -signal.SIGKILL
         assert len(relay.accepted) == 1
         while_leased = report(live_server, crcr_token, relay, runtime, "8002")
-        assert len(relay.accepted) == 1, while_leased.stdout  # its callbacks are leased
+        assert len(relay.accepted) == 3, while_leased.stdout  # only the two not leased
         time.sleep(5.5)
         resumed = report(live_server, crcr_token, relay, runtime, "8003")
         accepted, refused = list(relay.accepted), list(relay.refused)
+        rows = relay.hud_table.rows()
 
     assert while_leased.returncode == 0 and "nothing due" in while_leased.stdout
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
-    assert "had recorded an earlier attempt whose answer was lost" in resumed.stdout
-    jobs = Counter((key.job_name, status) for key, status, _ in accepted)
-    assert jobs == {
-        ("acme / shard 0", "in_progress"): 1,
-        ("acme / shard 1", "in_progress"): 1,
-        ("acme / shard 0", "completed"): 1,
-        ("acme / shard 1", "completed"): 1,
+    # The relay keeps no state for a self-report, so it takes the resend of the one whose
+    # answer was lost again: as the same HUD job, the very body it took first.
+    assert Counter(key.delivery_id for key, _, _ in accepted) == {
+        shas[0]: 2,
+        shas[1]: 1,
+        shas[2]: 1,
+        shas[3]: 1,
     }
-    # The resend the relay refused as a repeat; the job identity fixed by the killed reporter.
-    assert [r.reason for r in refused] == ["duplicate"]
-    assert {key.run_id for key, _, _ in accepted} == {"8001"}
-    callbacks = Run.objects.get(pk=run.pk).callbacks.all()
-    assert {c.status for c in callbacks} == {"delivered"}
-    # Both in_progress rows count the killed reporter's claim (one was sent, one not).
-    assert sorted(c.attempts for c in callbacks) == [1, 1, 2, 2]
+    first_send, resend = [body for key, _, body in accepted if key.delivery_id == shas[0]]
+    assert resend == first_send and refused == []
+    # The HUD keys a job's row by repo, delivery, workflow, job and check run, and updates it:
+    # the resend lands on the first send's row. One row per report, each completed.
+    assert len(rows) == 4 and {row["status"] for row in rows.values()} == {"completed"}
+    assert sorted(row["artifact_url"] for row in rows.values()) == sorted(
+        run.page_url() for run in Run.objects.all()
+    )
+    # Each job under the Actions run that first claimed it.
+    runs_of = {key.delivery_id: key.run_id for key, _, _ in accepted}
+    assert [runs_of[sha] for sha in shas] == ["8001", "8001", "8002", "8002"]
+    callbacks = {c.delivery_id: c for c in RelayCallback.objects.all()}
+    assert {c.status for c in callbacks.values()} == {"delivered"}
+    # The killed reporter's claim counts for both its rows (one was sent, one not).
+    assert [callbacks[sha].attempts for sha in shas] == [2, 2, 1, 1]
