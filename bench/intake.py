@@ -28,7 +28,7 @@ TARGET = 3.0
 SETUP = """
 from runs.models import Backend
 from selection.models import ConfigVersion
-from rest_framework.authtoken.models import Token
+from runs.models import ApiToken
 from django.contrib.auth import get_user_model
 backend, _ = Backend.objects.get_or_create(slug="bench", defaults=dict(
     name="bench", device_module="selection.reuse.reference_device", repository="bench/bench"))
@@ -38,7 +38,7 @@ ConfigVersion.objects.get_or_create(backend=backend, number=1, defaults=dict(
 from django.contrib.auth.models import Group
 user, _ = get_user_model().objects.get_or_create(username="bench-machine")
 user.groups.add(Group.objects.get_or_create(name="machine")[0])
-print(Token.objects.get_or_create(user=user)[0].key)
+print(ApiToken.issue(user, name="bench")[1])
 """
 
 

@@ -65,9 +65,8 @@ def fill(count: int) -> tuple[Any, str]:
     from django.contrib.auth import get_user_model
     from django.contrib.auth.models import Group
     from django.db import connection
-    from rest_framework.authtoken.models import Token
 
-    from runs.models import Backend
+    from runs.models import ApiToken, Backend
     from selection.models import Proposal
 
     backend, _ = Backend.objects.get_or_create(
@@ -98,7 +97,7 @@ def fill(count: int) -> tuple[Any, str]:
             cursor.execute(f"VACUUM ANALYZE {Proposal._meta.db_table}")
     user, _ = get_user_model().objects.get_or_create(username="bench-reviewer")
     user.groups.add(Group.objects.get_or_create(name="reviewer")[0])
-    return user, Token.objects.get_or_create(user=user)[0].key
+    return user, ApiToken.issue(user, name="bench")[1]
 
 
 def timed(client: object, path: str, **headers: str) -> float:

@@ -1,12 +1,14 @@
 """Run every benchmark and print one table of its figures against their targets.
 
-    .venv/bin/python bench/run_all.py [--only ingest,pages] [--skip selection_quality]
+    .venv/bin/python bench/run_all.py [--only ingest,pages] [--skip selection_quality] [--fresh]
 
 Each script runs in its own process with this environment (set DATABASE_URL,
 TORCH_ROOT and the rest as the script's section of bench/README.md says) and
 prints its figures as lines of the form `label: value (target <= bound)`; this
-collects those lines. A script that fails before printing a figure shows as
-such. Exit status: 0 when every figure meets its target.
+collects those lines. A PostgreSQL database that DATABASE_URL names is created
+when missing (`--fresh`: dropped and created anew, so the figures do not depend
+on what earlier runs left). A script that fails before printing a figure shows
+as such. Exit status: 0 when every figure meets its target.
 """
 
 import argparse
@@ -17,6 +19,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 BENCH = Path(__file__).resolve().parent
 # In the order they are cheapest to run; upstream_check is a check, not a figure.
@@ -57,6 +60,29 @@ def figures(script: str, output: str) -> list[Figure]:
     return found
 
 
+def prepare_database(fresh: bool) -> str:
+    """Create the PostgreSQL database DATABASE_URL names when it is missing (anew with
+    `fresh`); what was done, for the table's header."""
+    url = os.environ.get("DATABASE_URL", "")
+    if not url.startswith(("postgres://", "postgresql://")):
+        return "each script's own SQLite file" if not url else url.split(":", 1)[0]
+    import psycopg
+    from psycopg import sql
+
+    name = urlsplit(url).path.lstrip("/")
+    server = urlsplit(url)._replace(path="/postgres").geturl()
+    with psycopg.connect(server, autocommit=True) as connection:
+        if fresh:
+            connection.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )
+        found = connection.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,))
+        if found.fetchone():
+            return f"PostgreSQL database {name} (as earlier runs left it)"
+        connection.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    return f"PostgreSQL database {name}, created for this run"
+
+
 def run(script: str) -> tuple[list[Figure], str, float]:
     started = time.monotonic()
     completed = subprocess.run(
@@ -79,7 +105,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", default="", help="comma-separated script names")
     parser.add_argument("--skip", default="", help="comma-separated script names")
+    parser.add_argument(
+        "--fresh", action="store_true", help="drop and create DATABASE_URL's database first"
+    )
     options = parser.parse_args()
+    print(f"database: {prepare_database(options.fresh)}", file=sys.stderr)
     chosen = [s for s in SCRIPTS if not options.only or s in options.only.split(",")]
     chosen = [s for s in chosen if s not in options.skip.split(",")]
     rows: list[Figure] = []
