@@ -56,6 +56,7 @@ INSTALLED_APPS = [
     # runs.ApiToken, which API calls now authenticate against; its admin is hidden.
     "rest_framework.authtoken",
     "drf_spectacular",
+    "drf_spectacular_sidecar",
     "selection",
     "runs",
     "reproducibility",
@@ -183,8 +184,21 @@ SPECTACULAR_SETTINGS = {
     "TITLE": "crcr API",
     "DESCRIPTION": "Machine API of crcr: dispatch intake, worker results, relay status, bundles.",
     "VERSION": "1",
-    # The schema maps every endpoint: for token holders only, like the API itself.
+    # The schema maps every endpoint: for token holders and signed-in users only (the
+    # browsable docs at /api/docs/ fetch it with the session).
     "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
+    "SERVE_AUTHENTICATION": [
+        "crcr_site.lib.access.RoleTokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    # Swagger UI from crcr's own static files, not a CDN.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    # Run, shard and callback all have a `status`: each enum gets its model's name.
+    "ENUM_NAME_OVERRIDES": {
+        "RunStatusEnum": "runs.models.Run.Status",
+        "CallbackStatusEnum": "runs.models.RelayCallback.Status",
+    },
 }
 
 # Celery: without a broker, tasks run eagerly in-process (the embedded default).

@@ -4,8 +4,9 @@ from typing import Any
 
 from django.shortcuts import get_object_or_404
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import generics, status
+from rest_framework import serializers as fields
 from rest_framework.permissions import AllowAny, IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -23,8 +24,15 @@ from runs.serializers import (
     CallbackStateSerializer,
     ClaimedCallbackSerializer,
     DispatchOutSerializer,
+    DispatchSerializer,
     RunDetailSerializer,
     RunSerializer,
+)
+
+# A refused request: the first problem, and all of them.
+PROBLEMS = inline_serializer(
+    "Problems",
+    {"error": fields.CharField(), "problems": fields.ListField(child=fields.CharField())},
 )
 
 
@@ -67,6 +75,11 @@ class DispatchIntakeAPI(TokenAPIView):
     # A dispatch starts runs that report to the HUD: machine tokens only.
     permission_classes = [IsAuthenticated, IsMachine]
 
+    @extend_schema(
+        request=DispatchSerializer,
+        responses={202: DispatchOutSerializer, 200: DispatchOutSerializer, 400: PROBLEMS},
+        operation_id="dispatch_create",
+    )
     def post(self, request: Request) -> Response:
         try:
             intake.check_size(request.META.get("CONTENT_LENGTH"))
@@ -79,6 +92,7 @@ class DispatchIntakeAPI(TokenAPIView):
 
 
 class DispatchDetailAPI(TokenAPIView):
+    @extend_schema(responses=DispatchOutSerializer, operation_id="dispatch_retrieve")
     def get(self, request: Request, uuid: str) -> Response:
         dispatch = get_object_or_404(Dispatch, uuid=uuid)
         return Response(DispatchOutSerializer(dispatch).data)
@@ -90,6 +104,13 @@ class GitHubWebhookAPI(APIView):
     authentication_classes: list[Any] = []
     permission_classes = [AllowAny]
 
+    @extend_schema(
+        request=OpenApiTypes.OBJECT,
+        responses={202: DispatchOutSerializer, 200: DispatchOutSerializer, 400: PROBLEMS},
+        operation_id="webhook_github",
+        description="A GitHub webhook (X-GitHub-Event, X-GitHub-Delivery), verified by "
+        "X-Hub-Signature-256 with the backend's secret; `ping` answers pong.",
+    )
     def post(self, request: Request, slug: str) -> Response:
         backend = get_object_or_404(Backend, slug=slug)
         try:
@@ -111,6 +132,10 @@ class GitHubWebhookAPI(APIView):
 class WhoAmIAPI(TokenAPIView):
     """The token's user: a trivial authenticated endpoint for clients to check a token."""
 
+    @extend_schema(
+        responses=inline_serializer("WhoAmI", {"username": fields.CharField()}),
+        operation_id="whoami",
+    )
     def get(self, request: Request) -> Response:
         return Response({"username": request.user.get_username()})
 
