@@ -11,6 +11,8 @@ from tests.factories import make_backend, make_config, make_user
 from tests.selection.test_configprs import BASE, approved
 from tests.selection.test_review_browser import sign_in
 
+RED, GREEN = "rgb(180, 35, 24)", "rgb(26, 127, 55)"
+
 
 def revision_shown(page):
     return page.locator("dl.facts dt:text-is('Revision') + dd")
@@ -40,10 +42,12 @@ def test_an_approval_of_a_diff_rebased_meanwhile_is_refused_until_the_page_is_re
 
     page.get_by_label("Approval comment").fill("read the v1 diff")
     page.get_by_role("button", name="Approve").click()
-    expect(page.locator("ul.messages")).to_have_text(
+    refusal = page.locator("ul.messages li")
+    expect(refusal).to_have_text(
         f"Not approved: this config PR changed since you loaded it (you saw revision "
         f"{seen[:12]}, it is now {now[:12]}): read the new diff and approve again."
     )
+    expect(refusal).to_have_css("color", RED)
     assert not ConfigApproval.objects.filter(change=second).exists()
 
     page.reload()
@@ -51,6 +55,7 @@ def test_an_approval_of_a_diff_rebased_meanwhile_is_refused_until_the_page_is_re
     expect(page.locator("div.yaml-diff")).to_contain_text("# Why: fails on the device today")
     page.get_by_role("button", name="Approve").click()
     expect(page.get_by_text("Approved.")).to_be_visible()
+    expect(page.get_by_text("Approved.")).to_have_css("color", GREEN)  # success is not an error
     # The approval is of the current revision: no "not the current one" after the name.
     expect(page.locator("ul.approvals li")).to_have_text(re.compile(r"^otto approved, "))
     assert ConfigApproval.objects.get(change=second).revision == now
