@@ -81,7 +81,9 @@ def _names(name: str, fields: tuple[str, ...], overload: bool = False) -> Q:
 
 class ProposalEditForm(forms.Form):
     mode = forms.ChoiceField(choices=Proposal.Mode.choices)
-    reason = forms.CharField(max_length=500, strip=True)
+    reason = forms.CharField(
+        max_length=500, strip=True, error_messages={"required": "a reason is required"}
+    )
 
     def clean_reason(self) -> str:
         reason = " ".join(self.cleaned_data["reason"].split())

@@ -75,23 +75,32 @@ def proposal_review(request: HtmxHttpRequest, uuid: str) -> HttpResponse:
 @reviewer_required
 def proposal_edit(request: HtmxHttpRequest, uuid: str) -> HttpResponse:
     proposal = get_object_or_404(Proposal.objects.select_related("backend"), uuid=uuid)
-    if request.method == "POST":
-        form = ProposalEditForm(request.POST)
-        if not form.is_valid():
-            return HttpResponseBadRequest(form.errors.as_text())
-        try:
-            review.edit(proposal, request.user, **form.cleaned_data)
-        except review.ReviewError as error:
-            return HttpResponse(str(error), status=409, content_type="text/plain")
-        if request.htmx:
-            return render(request, "selection/proposal_list.html#row", {"proposal": proposal})
-        return redirect("selection:proposal_detail", uuid=proposal.uuid)
-    form = ProposalEditForm(initial={"mode": proposal.mode, "reason": proposal.reason})
+    if request.method != "POST":
+        form = ProposalEditForm(initial={"mode": proposal.mode, "reason": proposal.reason})
+        return _edit_form(request, proposal, form)
+    form = ProposalEditForm(request.POST)
+    if not form.is_valid():
+        return _edit_form(request, proposal, form, status=400)
+    try:
+        review.edit(proposal, request.user, **form.cleaned_data)
+    except review.ReviewError as error:
+        form.add_error(None, str(error))
+        return _edit_form(request, proposal, form, status=409)
+    if request.htmx:
+        return render(request, "selection/proposal_list.html#row", {"proposal": proposal})
+    return redirect("selection:proposal_detail", uuid=proposal.uuid)
+
+
+def _edit_form(
+    request: HtmxHttpRequest, proposal: Proposal, form: ProposalEditForm, status: int = 200
+) -> HttpResponse:
+    """The edit form, in the queue's row (htmx) or on a page, with its errors next to the
+    fields; a refused edit answers 400/409 with the form, which the page swaps in."""
     context = {"proposal": proposal, "edit_form": form, "nav": "review"}
     template = (
         "selection/proposal_list.html#edit-row" if request.htmx else "selection/proposal_edit.html"
     )
-    return render(request, template, context)
+    return render(request, template, context, status=status)
 
 
 @require_POST

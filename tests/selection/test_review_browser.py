@@ -148,5 +148,7 @@ def test_a_viewer_sees_the_queue_without_actions_and_a_crafted_post_is_refused(
             live_server.url + path, form=form, headers={"X-CSRFToken": csrf, "HX-Request": "true"}
         )
         assert response.status == 403
-        assert "CSRF" not in response.text()  # refused for the role, not for the token
+        # Refused for the role, not for the token, and said so in the site's 403 page.
+        assert "CSRF verification failed" not in response.text()
+        assert "This action needs the reviewer role." in response.text()
     assert not Proposal.objects.exclude(status="pending").exists()

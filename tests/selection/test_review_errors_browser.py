@@ -1,0 +1,35 @@
+"""A refused or failed inline action in the review queue keeps the page and says why, in place."""
+
+from playwright.sync_api import expect
+
+from tests.factories import make_user
+from tests.selection.test_review_browser import queue_with_proposals, sign_in
+
+
+def test_a_refused_edit_shows_its_error_in_the_row_and_a_server_failure_a_notice(
+    page, transactional_db
+):
+    queue_with_proposals()
+    make_user("rita", "reviewer")
+    sign_in(page, "rita")
+    page.get_by_role("navigation").get_by_role("link", name="Review").click()
+    page.evaluate("window.stillTheSamePage = true")
+    row = page.locator("tr.proposal", has_text="test_passes_today")
+    row.get_by_role("link", name="Edit").click()
+    editing = page.locator("tr.editing")
+
+    editing.get_by_label("Reason").fill("   ")  # passes the browser's check, not crcr's
+    editing.get_by_role("button", name="Save").click()
+
+    expect(editing.get_by_role("alert")).to_have_text("a reason is required")
+    expect(editing.get_by_label("Reason")).to_be_visible()  # the form stays, to be fixed
+    expect(page.get_by_role("heading", name="Review")).to_be_visible()
+    assert page.locator("#notice").is_hidden()
+
+    page.route("**/edit/", lambda route: route.fulfill(status=500, body="Internal Server Error"))
+    editing.get_by_label("Reason").fill("needs the add kernel")
+    editing.get_by_role("button", name="Save").click()
+
+    expect(page.locator("#notice")).to_contain_text("The server failed to answer (500)")
+    expect(editing.get_by_label("Reason")).to_have_value("needs the add kernel")  # not lost
+    assert page.evaluate("window.stillTheSamePage") is True
