@@ -3,6 +3,7 @@
 Config PR pages are in `selection/views/configprs.py`.
 """
 
+from typing import Any
 from urllib.parse import urlencode
 
 from django.contrib import messages
@@ -17,7 +18,7 @@ from crcr_site.lib.htmx import HtmxHttpRequest
 from crcr_site.lib.paging import page_of
 from selection import configprs, review
 from selection.forms import ProposalEditForm, QueueFilterForm, ReviewForm
-from selection.models import Proposal
+from selection.models import Proposal, ProposalEvent
 
 PAGE_SIZE = 25
 
@@ -111,8 +112,31 @@ def proposal_bulk(request: HttpRequest) -> HttpResponse:
     if not (form.is_valid() and decision.is_valid()):
         return HttpResponseBadRequest(form.errors.as_text() + decision.errors.as_text())
     approve = decision.cleaned_data["decision"] == "approve"
-    count = review.decide_all(form.filter(Proposal.objects.all()), request.user, approve)
+    matching = form.filter(Proposal.objects.all())
+    if request.POST.get("confirmed") != "yes":
+        return _confirm_bulk(request, form, matching, approve)
+    count = review.decide_all(matching, request.user, approve)
     verb = "approved" if approve else "rejected"
     messages.success(request, f"{count} proposal{'s' if count != 1 else ''} {verb}.")
     query = {k: v for k, v in form.cleaned_data.items() if v}
     return redirect(reverse("selection:proposal_list") + "?" + urlencode(query))
+
+
+def _confirm_bulk(
+    request: HttpRequest, form: QueueFilterForm, matching: Any, approve: bool
+) -> HttpResponse:
+    """Say what a bulk decision will do before doing it: how many proposals change, which
+    filters chose them, and the ones a person edited by hand (listed, so none is decided
+    unseen); the same POST with `confirmed=yes` does it."""
+    status = Proposal.Status.APPROVED if approve else Proposal.Status.REJECTED
+    changing = review.reviewable(matching).exclude(status=status)
+    edited = changing.filter(events__action=ProposalEvent.Action.EDITED).distinct()
+    context = {
+        "decision": "approve" if approve else "reject",
+        "count": changing.count(),
+        "filters": {k: v for k, v in form.cleaned_data.items() if v},
+        "edited": edited.order_by("file_path", "test_name")[:50],
+        "edited_count": edited.count(),
+        "nav": "review",
+    }
+    return render(request, "selection/proposal_bulk_confirm.html", context)

@@ -196,6 +196,7 @@ def test_a_merged_pr_is_run_classified_relayed_bundled_and_its_config_reviewed(
         page.goto(f"{base_url}/review/?stage=refine&status=pending")
         expect(page.get_by_text(f"{proposed} proposal")).to_be_visible()
         page.get_by_role("button", name=f"Approve all {proposed} matching").click()
+        page.get_by_role("button", name=f"Approve {proposed}").click()  # asked first
         page.get_by_role("button", name="Open a config PR for Acme").click()
         expect(page.locator("div.yaml-diff")).to_contain_text("# Why:")
         change_url = page.url

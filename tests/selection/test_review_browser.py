@@ -80,6 +80,11 @@ def test_a_reviewer_filters_edits_bulk_approves_and_a_second_reviewer_merges(
     assert page.evaluate("window.stillTheSamePage") is True  # swapped in place, no reload
 
     page.get_by_role("button", name="Approve all 3 matching").click()
+    # Asked first: the count, the filter, and the proposal edited by hand above.
+    expect(page.get_by_role("heading", name="Approve 3 proposals?")).to_be_visible()
+    expect(page.locator("ul.edited")).to_contain_text("test_returns_device_tensors")
+    assert Proposal.objects.filter(status="approved").count() == 0
+    page.get_by_role("button", name="Approve 3").click()
     expect(page.get_by_text("3 proposals approved.")).to_be_visible()
     page.get_by_role("button", name="Open a config PR for Acme").click()
     expect(page.get_by_role("heading", name=re.compile("3 approved decisions"))).to_be_visible()

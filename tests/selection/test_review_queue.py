@@ -126,8 +126,13 @@ def test_bulk_approval_covers_every_page_of_the_filtered_set_only(client, backen
     other = make_proposal(backend, test_name="test_add", evidence=waiting_on("add"))
     page = queue(client, op="lgamma").content.decode()
     assert "Approve all 60 matching" in page and "page 1 of 3" in page  # 25 a page
+    asked = client.post(reverse("selection:proposal_bulk"), {"op": "lgamma", "decision": "approve"})
+    assert "Approve 60 proposals?" in asked.text and "op=lgamma" in asked.text
+    assert not Proposal.objects.filter(status="approved").exists()  # nothing until confirmed
     response = client.post(
-        reverse("selection:proposal_bulk"), {"op": "lgamma", "decision": "approve"}, follow=True
+        reverse("selection:proposal_bulk"),
+        {"op": "lgamma", "decision": "approve", "confirmed": "yes"},
+        follow=True,
     )
     assert "60 proposals approved." in response.content.decode()
     assert Proposal.objects.filter(status="approved", reviewer=rita).count() == 60
