@@ -10,7 +10,6 @@ The SHA built for a merged PR is the current head of its base branch.
 
 from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
-from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
@@ -178,6 +177,15 @@ def lost(before: datetime) -> tuple[list[int], list[int]]:
     return list(ungated), list(overdue)
 
 
-def describe(policy: Policy) -> dict[str, Any]:
-    """The policy as shown on the dispatch page."""
-    return {field.name: getattr(policy, field.name) for field in fields(policy)}
+def describe(policy: Policy) -> dict[str, str]:
+    """The policy in words, as the dispatch page shows it."""
+    yes_no = {True: "yes", False: "no"}
+    return {
+        "Builds pull requests on": ", ".join(policy.build_actions) or "no action",
+        "Into the branches": ", ".join(policy.base_branches) or "none",
+        "Only merged pull requests": yes_no[policy.merged_only],
+        "Label that marks a merge": policy.merged_label or "none",
+        "Builds pushes": yes_no[policy.build_pushes]
+        + (f", to {', '.join(policy.push_branches)}" if policy.build_pushes else ""),
+        "Re-checks a pending pull request after": f"{policy.recheck_delay_seconds} s",
+    }

@@ -10,4 +10,5 @@ urlpatterns = [
     path("runs/<uuid:uuid>/", views.run_detail, name="run_detail"),
     path("dispatches/", views.dispatch_list, name="dispatch_list"),
     path("dispatches/<uuid:uuid>/", views.dispatch_detail, name="dispatch_detail"),
+    path("dispatches/<uuid:uuid>/payload.json", views.dispatch_payload, name="dispatch_payload"),
 ]

@@ -1,3 +1,5 @@
+import re
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
@@ -82,6 +84,16 @@ def dispatch_detail(request: HttpRequest, uuid: str) -> HttpResponse:
         "nav": "dispatches",
     }
     return render(request, "runs/dispatch_detail.html", context)
+
+
+@login_required
+def dispatch_payload(request: HttpRequest, uuid: str) -> HttpResponse:
+    """The dispatch's body exactly as it was received, as a file."""
+    dispatch = get_object_or_404(Dispatch, uuid=uuid)
+    response = HttpResponse(dispatch.raw_body, content_type="application/json")
+    name = re.sub(r"[^\w.-]", "_", dispatch.delivery_id)
+    response["Content-Disposition"] = f'attachment; filename="dispatch-{name}.json"'
+    return response
 
 
 @reviewer_required

@@ -88,9 +88,31 @@ def evidence(ev: dict[str, Any]) -> SafeString:
         ))  # fmt: skip
     if get("flaky_history"):
         items.append(format_html("<li>flaky in {} recent run(s)</li>", len(ev["flaky_history"])))
+    for key in sorted(set(ev) - SHOWN):  # anything else a stage recorded, in words
+        items.append(format_html("<li>{}: {}</li>", key.replace("_", " "), _plain(ev[key])))
     return mark_safe(
         '<ul class="evidence">' + "".join(items) + "</ul>"
     )  # parts escaped by format_html
+
+
+# Evidence keys `evidence` words itself; any other is listed as "key: value".
+SHOWN = frozenset(
+    {
+        "unsupported_ops", "waiting_on", "ops_under_test", "helper_ops", "dtypes",
+        "supported_dtypes", "restrictions", "stage1", "device", "cpu_failure", "flaky_history",
+    }
+)  # fmt: skip
+
+
+def _plain(value: Any) -> str:
+    """A value in words: lists joined with commas, mappings as `key value`, yes/no."""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, dict):
+        return "; ".join(f"{k.replace('_', ' ')} {_plain(v)}" for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return ", ".join(_plain(item) for item in value) or "none"
+    return "—" if value is None else str(value)
 
 
 @register.filter

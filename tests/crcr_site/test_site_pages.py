@@ -1,6 +1,8 @@
 """What every page shares: errors in the site's layout, a favicon, the API browsable."""
 
+import re
 import uuid
+from html import unescape
 
 import pytest
 from django.core.management import call_command
@@ -8,6 +10,8 @@ from django.test import Client, override_settings
 from django.urls import reverse
 from playwright.sync_api import expect
 
+from runs.models import Dispatch
+from tests.crcr_site.hostile import build
 from tests.factories import make_user
 from tests.selection.test_review_browser import sign_in
 
@@ -74,3 +78,26 @@ def test_the_api_docs_and_a_404_render_from_crcrs_own_files_within_the_window(
     assert page.evaluate("document.documentElement.scrollWidth") <= width
     assert page.locator("link[rel=icon]").get_attribute("href").endswith("favicon.svg")
     assert hosts == {live_server.url.split("/")[2]}  # no CDN, no outside request
+
+
+def test_no_page_shows_a_python_repr_or_raw_json(client):
+    pages = build()
+    client.force_login(make_user("rita", role="reviewer"))
+    for page in pages:
+        html = client.get(page.url).content.decode()
+        text = unescape(re.sub(r"<script.*?</script>|<[^>]+>", " ", html, flags=re.S))
+        # What a person reads: no dict, list or tuple repr, no JSON object.
+        for marker in ("{'", "['", "('", '{"', "':"):
+            assert marker not in text, f"{page.name} shows {marker!r}"
+
+
+def test_the_payload_of_a_dispatch_downloads_exactly_as_received(client):
+    dispatch = next(page for page in build() if page.name == "dispatch detail")
+    client.force_login(make_user("vera"))
+    detail = client.get(dispatch.url).text
+    assert "Download the payload as received" in detail
+    raw = Dispatch.objects.get().raw_body
+    downloaded = client.get(f"{dispatch.url}payload.json")
+    assert downloaded["Content-Type"] == "application/json"
+    assert downloaded["Content-Disposition"].startswith("attachment;")
+    assert downloaded.content.decode() == raw

@@ -46,7 +46,9 @@ def test_a_viewer_reads_trigger_artifacts_config_plan_and_attempts(client, run):
     client.force_login(make_user("vera"))
     page = client.get(f"/runs/{run.uuid}/reproducibility/").content.decode()
     assert "4242" in page and "closed" in page  # the PR and the action
-    assert "&quot;delivery_id&quot;" in page  # the raw payload, escaped
+    # The raw payload is a download, not JSON on the page.
+    assert "&quot;delivery_id&quot;" not in page
+    assert f"/dispatches/{run.trigger.dispatch.uuid}/payload.json" in page
     assert "1" * 64 in page  # the artifact's full SHA-256
     assert "&lt;b&gt;why&lt;/b&gt;" in page and "<b>why</b>" not in page
     assert MISMATCH in page and "Tensor-likes are not close!" in page
