@@ -1,5 +1,7 @@
-"""A refused or failed inline action in the review queue keeps the page and says why, in place."""
+"""The review queue in the browser: it fits the window, and a refused or failed inline action
+keeps the page and says why, in place."""
 
+import pytest
 from playwright.sync_api import expect
 
 from tests.factories import make_user
@@ -33,3 +35,22 @@ def test_a_refused_edit_shows_its_error_in_the_row_and_a_server_failure_a_notice
     expect(page.locator("#notice")).to_contain_text("The server failed to answer (500)")
     expect(editing.get_by_label("Reason")).to_have_value("needs the add kernel")  # not lost
     assert page.evaluate("window.stillTheSamePage") is True
+
+
+@pytest.mark.parametrize(("width", "height"), [(1440, 900), (1024, 768)])
+def test_the_queue_fits_the_window_with_the_first_approve_in_view(
+    page, transactional_db, width, height
+):
+    queue_with_proposals()
+    make_user("rita", "reviewer")
+    page.set_viewport_size({"width": width, "height": height})
+    sign_in(page, "rita")
+    page.get_by_role("navigation").get_by_role("link", name="Review").click()
+
+    first = page.locator("tr.proposal").first.get_by_role("button", name="Approve")
+    expect(first).to_be_visible()
+    box = first.bounding_box()
+    assert (
+        box is not None and box["x"] + box["width"] <= width and box["y"] + box["height"] <= height
+    )
+    assert page.evaluate("document.documentElement.scrollWidth") <= width  # no sideways scroll
