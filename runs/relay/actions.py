@@ -2,8 +2,8 @@
 
 Standard library only (the runners have nothing else): crcr's API client with retries
 (`Crcr`), one callback delivered until it lands or is refused (`deliver`), the exit with
-its code (`Exit`), and the command-line options both share (`add_common_arguments`,
-`read_crcr_token`, `duration`).
+its code (`Exit`, `failure`), and the command-line options both share
+(`add_common_arguments`, `read_crcr_token`, `check_options`, `duration`).
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -188,3 +189,27 @@ def read_crcr_token(args: argparse.Namespace) -> str:
             return handle.read().strip()
     except OSError as error:
         raise Exit(USAGE, f"cannot read {args.crcr_token_file}: {error}") from None
+
+
+def check_options(args: argparse.Namespace, required: Mapping[str, Any], numbered: bool) -> None:
+    """Refuse (Exit 2) what a step cannot run with: a `required` option left empty, a run id
+    or attempt that is no number (when `numbered`), a malformed relay token spec. crcr's
+    URL loses its trailing slash."""
+    missing = [name for name, value in required.items() if not value]
+    if missing:
+        raise Exit(USAGE, "missing " + ", ".join(missing) + " (see --help)")
+    if numbered and not (str(args.run_id).isdigit() and str(args.run_attempt).isdigit()):
+        raise Exit(USAGE, "--run-id and --run-attempt must be numbers")
+    args.crcr = args.crcr.rstrip("/")
+    try:
+        delivery.provider_from_spec(args.relay_token)
+    except ValueError as error:
+        raise Exit(USAGE, str(error)) from None
+
+
+def failure(program: str, code: int, message: str) -> int:
+    """Say why a step ends, on stderr, and return its exit code. `::error::` makes GitHub
+    Actions show the line as an annotation on the run."""
+    prefix = "::error::" if os.environ.get("GITHUB_ACTIONS") == "true" else ""
+    print(f"{prefix}{program}: {message}", file=sys.stderr, flush=True)
+    return code

@@ -40,8 +40,10 @@ from runs.relay.actions import (
     Crcr,
     Exit,
     add_common_arguments,
+    check_options,
     deliver,
     duration,
+    failure,
     read_crcr_token,
 )
 
@@ -53,10 +55,7 @@ def say(message: str) -> None:
 
 
 def fail(code: int, message: str) -> int:
-    # `::error::` makes GitHub Actions show the line as an annotation on the run.
-    prefix = "::error::" if os.environ.get("GITHUB_ACTIONS") == "true" else ""
-    print(f"{prefix}crcr-bridge: {message}", file=sys.stderr, flush=True)
-    return code
+    return failure("crcr-bridge", code, message)
 
 
 # --- the job ------------------------------------------------------------------------------
@@ -303,18 +302,7 @@ def _check(args: argparse.Namespace) -> None:
             "--workflow-name": args.workflow_name,
             "--run-id": args.run_id,
         }
-    missing = [name for name, value in required.items() if not value]
-    if missing:
-        raise Exit(USAGE, "missing " + ", ".join(missing) + " (see --help)")
-    if not args.forward_only and not (
-        str(args.run_id).isdigit() and str(args.run_attempt).isdigit()
-    ):
-        raise Exit(USAGE, "--run-id and --run-attempt must be numbers")
-    args.crcr = args.crcr.rstrip("/")
-    try:
-        delivery.provider_from_spec(args.relay_token)
-    except ValueError as error:
-        raise Exit(USAGE, str(error)) from None
+    check_options(args, required, numbered=not args.forward_only)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import sys
 import time
 import urllib.parse
@@ -31,7 +30,15 @@ from collections import Counter
 from typing import Any
 
 from runs.relay import delivery
-from runs.relay.actions import Crcr, Exit, add_common_arguments, duration, read_crcr_token
+from runs.relay.actions import (
+    Crcr,
+    Exit,
+    add_common_arguments,
+    check_options,
+    duration,
+    failure,
+    read_crcr_token,
+)
 
 OK, USAGE, UNREACHABLE = 0, 2, 3
 
@@ -41,10 +48,7 @@ def say(message: str) -> None:
 
 
 def fail(code: int, message: str) -> int:
-    # `::error::` makes GitHub Actions show the line as an annotation on the run.
-    prefix = "::error::" if os.environ.get("GITHUB_ACTIONS") == "true" else ""
-    print(f"{prefix}crcr-report: {message}", file=sys.stderr, flush=True)
-    return code
+    return failure("crcr-report", code, message)
 
 
 class Reporter:
@@ -164,18 +168,9 @@ def _check(args: argparse.Namespace) -> None:
         "--workflow-url": args.workflow_url,
         "--run-id": args.run_id,
     }
-    missing = [name for name, value in required.items() if not value]
-    if missing:
-        raise Exit(USAGE, "missing " + ", ".join(missing) + " (see --help)")
-    if not (str(args.run_id).isdigit() and str(args.run_attempt).isdigit()):
-        raise Exit(USAGE, "--run-id and --run-attempt must be numbers")
+    check_options(args, required, numbered=True)
     if not 1 <= args.batch <= 50:
         raise Exit(USAGE, "--batch must be between 1 and 50")
-    args.crcr = args.crcr.rstrip("/")
-    try:
-        delivery.provider_from_spec(args.relay_token)
-    except ValueError as error:
-        raise Exit(USAGE, str(error)) from None
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,6 +1,8 @@
-"""A dispatched run whose HUD job has started, for the outbox tests that drive `deliver`."""
+"""Backends and dispatched runs for the relay tests: a run whose HUD job has started."""
 
 import uuid
+from pathlib import Path
+from typing import Any
 
 from django.utils import timezone
 
@@ -8,14 +10,34 @@ from runs.models import Backend, Dispatch, RelayCallback, Run, Trigger
 from runs.relay import outbox
 from runs.relay.simulator import RelaySimulator
 from tests.dispatches import pr_dispatch
+from tests.factories import make_backend, make_config
 
 REPO = "acme/torch-acme"
 
 
-def started_run(backend: Backend, simulator: RelaySimulator) -> Run:
-    """A running dispatched run (aggregate mode) whose in_progress callback is queued."""
+def relay_backend(simulator: RelaySimulator, tmp_path: Path, **fields: Any) -> Backend:
+    """A backend whose callbacks crcr's relay worker sends to `simulator`, with a token file."""
+    token = tmp_path / "relay-token"
+    token.write_text("s3cret\n")
+    backend = make_backend("acme", relay_url=simulator.url, relay_token=f"file:{token}", **fields)
+    make_config(backend)
+    return backend
+
+
+def make_run(backend: Backend, trigger: Trigger) -> Run:
+    return Run.objects.create(
+        trigger=trigger, backend=backend, job_name="acme", backend_version="1",
+        pytorch_sha=trigger.pytorch_sha, test_suite_sha=trigger.pytorch_sha,
+        config_version=backend.config_versions.get(), status=Run.Status.RUNNING,
+    )  # fmt: skip
+
+
+def dispatched_run(backend: Backend, simulator: RelaySimulator | None = None) -> Run:
+    """A running run of a merged-PR dispatch (the simulator's, when one is given); its job
+    has started (with crcr's relay worker as the sender, the run's in_progress is queued)."""
     body = pr_dispatch(delivery_id=str(uuid.uuid4()))
-    simulator.dispatch(body["delivery_id"], REPO, body["payload"])
+    if simulator is not None:
+        simulator.dispatch(body["delivery_id"], REPO, body["payload"])
     dispatch = Dispatch.objects.create(
         backend=backend, delivery_id=body["delivery_id"], event_type="pull_request",
         raw_body="{}", payload=body["payload"], verdict="accepted",
@@ -23,11 +45,7 @@ def started_run(backend: Backend, simulator: RelaySimulator) -> Run:
     trigger = Trigger.objects.create(
         backend=backend, kind="dispatch", dispatch=dispatch, pytorch_sha="a" * 40
     )
-    run = Run.objects.create(
-        trigger=trigger, backend=backend, job_name="acme", backend_version="1",
-        pytorch_sha="a" * 40, test_suite_sha="a" * 40,
-        config_version=backend.config_versions.get(), status=Run.Status.RUNNING,
-    )  # fmt: skip
+    run = make_run(backend, trigger)
     outbox.job_started(run)
     return run
 

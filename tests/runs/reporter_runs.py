@@ -5,19 +5,17 @@ import base64
 import json
 import threading
 import time
-import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from runs import results, shard_worker
-from runs.models import Backend, Dispatch, Run, Shard, Trigger
+from runs.models import Backend, Run, Shard, Trigger
 from runs.relay import outbox, protocol
 from runs.report_files import TestRecord
-from tests.dispatches import pr_dispatch
 from tests.factories import make_backend, make_config
+from tests.runs.relay_runs import REPO, dispatched_run, make_run
 
-REPO = "acme/torch-acme"
 RUNTIME_TOKEN = "actions-runtime-t0ken"
 
 
@@ -28,21 +26,6 @@ def reporting_backend(relay_url: str, mode: str = "per_job") -> Backend:
     )
     make_config(backend)
     return backend
-
-
-def dispatched_run(backend: Backend) -> Run:
-    """A running run of a merged-PR dispatch (with an `actions` sender, the bridge's to report)."""
-    body = pr_dispatch(delivery_id=str(uuid.uuid4()))
-    dispatch = Dispatch.objects.create(
-        backend=backend, delivery_id=body["delivery_id"], event_type="pull_request",
-        raw_body="{}", payload=body["payload"], verdict="accepted",
-    )  # fmt: skip
-    trigger = Trigger.objects.create(
-        backend=backend, kind="dispatch", dispatch=dispatch, pytorch_sha="a" * 40
-    )
-    run = make_run(backend, trigger)
-    outbox.job_started(run)
-    return run
 
 
 def one_job_started(backend: Backend) -> Run:
@@ -61,14 +44,6 @@ def self_reported_run(backend: Backend, kind: str, sha: str, ref: str = "") -> R
     finish_shard(shard)
     results.finish_if_done(run.pk)
     return run
-
-
-def make_run(backend: Backend, trigger: Trigger) -> Run:
-    return Run.objects.create(
-        trigger=trigger, backend=backend, job_name="acme", backend_version="1",
-        pytorch_sha=trigger.pytorch_sha, test_suite_sha=trigger.pytorch_sha,
-        config_version=backend.config_versions.get(), status=Run.Status.RUNNING,
-    )  # fmt: skip
 
 
 def start_shard(run: Run, index: int) -> Shard:

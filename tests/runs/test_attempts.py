@@ -8,7 +8,7 @@ from django.test import override_settings
 from runs import attempts
 from runs.models import Run, Shard, TestResult, Trigger
 from tests.factories import make_backend, make_config, make_token, make_user
-from tests.runs.reporter_runs import make_run
+from tests.runs.relay_runs import make_run
 
 pytestmark = pytest.mark.django_db
 

@@ -15,7 +15,8 @@ from runs.models import RelayCallback, Run
 from runs.relay.simulator import RelaySimulator
 from tests.dispatches import pr_dispatch
 from tests.factories import make_backend, make_config, make_token, make_user
-from tests.runs.reporter_runs import REPO, RUNTIME_TOKEN, ActionsRuntime, relay_audience_only
+from tests.runs.relay_runs import REPO
+from tests.runs.reporter_runs import RUNTIME_TOKEN, ActionsRuntime, relay_audience_only
 
 PLAIN = "test/test_plain_reuse.py::TestPlainMath"
 # One test passes, one asserts 11 == 10 (a regression: nothing excuses it).

@@ -16,8 +16,8 @@ from runs import results
 from runs.models import Backend, RelayCallback, Run
 from runs.relay import outbox
 from tests.factories import PASSWORD, make_backend, make_config, make_token, make_user
+from tests.runs.relay_runs import dispatched_run
 from tests.runs.reporter_runs import (
-    dispatched_run,
     finish_shard,
     one_job_started,
     reporting_backend,

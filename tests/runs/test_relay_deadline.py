@@ -15,8 +15,7 @@ from runs import results, tasks
 from runs.models import RelayCallback, Run, Shard, TestResult
 from runs.relay import deadlines, outbox
 from runs.relay.simulator import RelaySimulator
-from tests.factories import make_backend, make_config
-from tests.runs.relay_runs import REPO, in_progress, started_run
+from tests.runs.relay_runs import REPO, dispatched_run, in_progress, relay_backend
 from tests.waiting import wait_for
 
 S, T = RelayCallback.Status, RelayCallback.Transition
@@ -28,19 +27,11 @@ def simulator():
         yield sim
 
 
-def relayed_backend(simulator, tmp_path, **fields):
-    token = tmp_path / "relay-token"
-    token.write_text("s3cret\n")
-    backend = make_backend("acme", relay_url=simulator.url, relay_token=f"file:{token}", **fields)
-    make_config(backend)
-    return backend
-
-
 @pytest.fixture
 def backend(db, simulator, tmp_path, settings):
     # These tests call `deliver` themselves: a retry leaves no countdown task on the broker.
     settings.CELERY_TASK_ALWAYS_EAGER = True
-    return relayed_backend(simulator, tmp_path)
+    return relay_backend(simulator, tmp_path)
 
 
 def add_results(run: Run, shard: Shard, outcomes: list[str], first: int = 0) -> None:
@@ -70,8 +61,8 @@ def completed_rows(run: Run) -> list[RelayCallback]:
 def test_a_job_in_progress_past_the_deadline_is_reported_timed_out_by_the_beat(
     simulator, tmp_path, transactional_db, celery_worker
 ):
-    backend = relayed_backend(simulator, tmp_path)
-    run = started_run(backend, simulator)
+    backend = relay_backend(simulator, tmp_path)
+    run = dispatched_run(backend, simulator)
     shard = Shard.objects.create(run=run, index=0, test_ids=[], status="running")
     add_results(run, shard, ["passed", "passed", "failed"])
     started = wait_for(
@@ -102,7 +93,7 @@ def test_a_job_in_progress_past_the_deadline_is_reported_timed_out_by_the_beat(
 
 
 def test_the_real_completion_after_the_deadline_sends_nothing_and_says_why(backend, simulator):
-    run = started_run(backend, simulator)
+    run = dispatched_run(backend, simulator)
     shard = Shard.objects.create(run=run, index=0, test_ids=[], status="running")
     add_results(run, shard, ["passed"])
     landed_ago(in_progress(run), minutes=301)
@@ -130,7 +121,7 @@ def test_the_real_completion_after_the_deadline_sends_nothing_and_says_why(backe
 
 
 def test_a_job_in_progress_for_less_than_the_deadline_is_left_alone(backend, simulator):
-    run = started_run(backend, simulator)
+    run = dispatched_run(backend, simulator)
     landed_ago(in_progress(run), minutes=200)
 
     assert deadlines.time_out_overdue_jobs() == []
@@ -142,7 +133,7 @@ def test_a_job_in_progress_for_less_than_the_deadline_is_left_alone(backend, sim
 
 def test_a_job_the_relay_has_swept_already_gets_nothing(backend, simulator):
     # Past 6 hours the relay has reported the job timed_out itself and would refuse more.
-    run = started_run(backend, simulator)
+    run = dispatched_run(backend, simulator)
     landed_ago(in_progress(run), minutes=361)
 
     assert deadlines.time_out_overdue_jobs() == []
@@ -151,7 +142,7 @@ def test_a_job_the_relay_has_swept_already_gets_nothing(backend, simulator):
 
 def test_a_job_whose_completed_is_written_is_not_timed_out(backend, simulator):
     # The run ended in time; its completed waits (here: it is never handed to `deliver`).
-    run = started_run(backend, simulator)
+    run = dispatched_run(backend, simulator)
     landed_ago(in_progress(run), minutes=301)
     shard = Shard.objects.create(run=run, index=0, test_ids=[], status="done")
     add_results(run, shard, ["passed"])
@@ -164,7 +155,7 @@ def test_a_job_whose_completed_is_written_is_not_timed_out(backend, simulator):
 
 def test_the_deadline_is_a_setting(backend, simulator, settings):
     settings.CRCR_RELAY_IN_PROGRESS_DEADLINE_MINUTES = 120
-    early = started_run(backend, simulator)
+    early = dispatched_run(backend, simulator)
     landed_ago(in_progress(early), minutes=200)
 
     [timed_out] = deadlines.time_out_overdue_jobs()
@@ -172,7 +163,7 @@ def test_the_deadline_is_a_setting(backend, simulator, settings):
     assert completed_rows(early)[0].pk == timed_out
     assert "120 minutes" in completed_rows(early)[0].body["workflow"]["triage_verdict"]["summary"]
     settings.CRCR_RELAY_IN_PROGRESS_DEADLINE_MINUTES = 330
-    later = started_run(backend, simulator)
+    later = dispatched_run(backend, simulator)
     landed_ago(in_progress(later), minutes=301)
     assert deadlines.time_out_overdue_jobs() == []
 
@@ -180,7 +171,7 @@ def test_the_deadline_is_a_setting(backend, simulator, settings):
 def test_in_per_job_mode_each_shard_job_has_its_own_deadline(backend, simulator):
     backend.relay_mode = "per_job"
     backend.save()
-    run = started_run(backend, simulator)
+    run = dispatched_run(backend, simulator)
     shards = [
         Shard.objects.create(run=run, index=index, test_ids=[], status="running")
         for index in range(2)

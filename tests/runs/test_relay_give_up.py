@@ -11,7 +11,7 @@ from runs.models import RelayCallback
 from runs.relay import outbox
 from runs.relay.simulator import RelaySimulator
 from tests.factories import make_backend, make_config
-from tests.runs.relay_runs import REPO, in_progress, make_due, started_run
+from tests.runs.relay_runs import REPO, dispatched_run, in_progress, make_due
 
 S = RelayCallback.Status
 
@@ -44,7 +44,7 @@ def written_ago(callback: RelayCallback, hours: float) -> RelayCallback:
 @pytest.mark.parametrize("retry_after", [str(10**9), "Fri, 31 Dec 9999 23:59:59 GMT"])
 def test_a_retry_after_of_years_waits_an_hour(backend, simulator, retry_after):
     simulator.fail_next(1, status=429, retry_after=retry_after)
-    callback = in_progress(started_run(backend, simulator))
+    callback = in_progress(dispatched_run(backend, simulator))
 
     outbox.deliver(callback.pk)
 
@@ -56,7 +56,7 @@ def test_a_retry_after_of_years_waits_an_hour(backend, simulator, retry_after):
 
 def test_a_garbled_retry_after_backs_off_instead(backend, simulator):
     simulator.fail_next(1, status=429, retry_after="in a while")
-    callback = in_progress(started_run(backend, simulator))
+    callback = in_progress(dispatched_run(backend, simulator))
 
     outbox.deliver(callback.pk)
 
@@ -69,8 +69,8 @@ def test_a_callback_past_the_deadline_is_given_up_with_the_reason_a_younger_one_
     backend, simulator, caplog
 ):
     simulator.fail_for(600, status=503)  # the relay is down
-    old = written_ago(in_progress(started_run(backend, simulator)), hours=73)
-    young = written_ago(in_progress(started_run(backend, simulator)), hours=47)
+    old = written_ago(in_progress(dispatched_run(backend, simulator)), hours=73)
+    young = written_ago(in_progress(dispatched_run(backend, simulator)), hours=47)
 
     outbox.deliver(old.pk)
     outbox.deliver(young.pk)
@@ -96,7 +96,7 @@ def test_a_callback_past_the_deadline_is_given_up_with_the_reason_a_younger_one_
 def test_the_deadline_is_a_setting(backend, simulator, settings):
     settings.CRCR_RELAY_GIVE_UP_HOURS = 6
     simulator.fail_for(600, status=503)
-    callback = written_ago(in_progress(started_run(backend, simulator)), hours=7)
+    callback = written_ago(in_progress(dispatched_run(backend, simulator)), hours=7)
 
     outbox.deliver(callback.pk)
 

@@ -6,29 +6,20 @@ import pytest
 
 from reproducibility.models import Rerun
 from runs import results, shard_worker
-from runs.models import Backend, Dispatch, RelayCallback, Run, Shard, TestResult, Trigger
+from runs.models import Dispatch, RelayCallback, Run, Shard, TestResult, Trigger
 from runs.relay import outbox
 from runs.relay.simulator import RelaySimulator
 from runs.report_files import TestRecord
 from tests.dispatches import pr_dispatch
-from tests.factories import make_backend, make_config, make_user
+from tests.factories import make_user
+from tests.runs.relay_runs import REPO, dispatched_run, relay_backend
 from tests.waiting import wait_for
-
-REPO = "acme/torch-acme"
 
 
 @pytest.fixture
 def simulator(tmp_path):
     with RelaySimulator(token="s3cret", allowlist={REPO: "L2"}, strict=True) as sim:
         yield sim
-
-
-def relay_backend(simulator, tmp_path, **fields) -> Backend:
-    token = tmp_path / "relay-token"
-    token.write_text("s3cret\n")
-    backend = make_backend("acme", relay_url=simulator.url, relay_token=f"file:{token}", **fields)
-    make_config(backend)
-    return backend
 
 
 @pytest.fixture
@@ -39,26 +30,6 @@ def relayed_backend(simulator, tmp_path, transactional_db):
 @pytest.fixture
 def per_job_backend(simulator, tmp_path, transactional_db):
     return relay_backend(simulator, tmp_path, relay_mode="per_job")
-
-
-def dispatched_run(backend, simulator) -> Run:
-    """A running run of a dispatch the relay knows; its in_progress is queued (aggregate)."""
-    body = pr_dispatch(delivery_id=str(uuid.uuid4()))
-    simulator.dispatch(body["delivery_id"], REPO, body["payload"])
-    dispatch = Dispatch.objects.create(
-        backend=backend, delivery_id=body["delivery_id"], event_type="pull_request",
-        raw_body="{}", payload=body["payload"], verdict="accepted",
-    )  # fmt: skip
-    trigger = Trigger.objects.create(
-        backend=backend, kind="dispatch", dispatch=dispatch, pytorch_sha="a" * 40
-    )
-    run = Run.objects.create(
-        trigger=trigger, backend=backend, job_name="acme", backend_version="1",
-        pytorch_sha="a" * 40, test_suite_sha="a" * 40,
-        config_version=backend.config_versions.get(), status=Run.Status.RUNNING,
-    )  # fmt: skip
-    outbox.job_started(run)
-    return run
 
 
 def finished_run(backend, simulator, shards: int = 2) -> Run:

@@ -12,7 +12,7 @@ from runs.models import Backend, RelayCallback
 from runs.relay import outbox
 from runs.relay.simulator import RelaySimulator
 from tests.factories import PASSWORD, make_backend, make_config, make_user
-from tests.runs.relay_runs import REPO, in_progress, make_due, started_run
+from tests.runs.relay_runs import REPO, dispatched_run, in_progress, make_due
 
 # What every signed-in viewer reads about such a callback (the detail is for reviewers).
 MISCONFIGURED = "relay authentication is misconfigured for this backend — an admin must fix it"
@@ -48,7 +48,7 @@ def test_an_unusable_token_holds_the_callback_says_so_once_and_sends_it_once_fix
     if trouble == "empty file":
         token.write_text("\n")
     spec = "s3cret" if trouble == "token pasted as the spec" else f"file:{token}"
-    run = started_run(backend_with_token(spec, simulator), simulator)
+    run = dispatched_run(backend_with_token(spec, simulator), simulator)
     callback = in_progress(run)
 
     outbox.deliver(callback.pk)
@@ -80,7 +80,7 @@ def test_a_viewer_reads_that_an_admin_must_fix_it_and_a_reviewer_or_admin_reads_
     db, tmp_path, simulator, client
 ):
     token = tmp_path / "relay-token"  # never written
-    run = started_run(backend_with_token(f"file:{token}", simulator), simulator)
+    run = dispatched_run(backend_with_token(f"file:{token}", simulator), simulator)
     outbox.deliver(in_progress(run).pk)
 
     client.force_login(make_user("vera", role="viewer"))

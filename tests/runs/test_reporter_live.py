@@ -17,8 +17,8 @@ from runs.models import Backend, RelayCallback, Run
 from runs.relay import outbox
 from runs.relay.simulator import RelaySimulator
 from tests.factories import make_token, make_user
+from tests.runs.relay_runs import REPO
 from tests.runs.reporter_runs import (
-    REPO,
     RUNTIME_TOKEN,
     ActionsRuntime,
     relay_audience_only,
