@@ -248,6 +248,17 @@ CRCR_GITHUB_API_URL = env_url("CRCR_GITHUB_API_URL", "https://api.github.com", (
 CRCR_BUILD_COMMAND = env_str("CRCR_BUILD_COMMAND")
 # A build command running longer than this is killed and its run ends in error.
 CRCR_BUILD_TIMEOUT = env_int("CRCR_BUILD_TIMEOUT", 4 * 3600, minimum=1)
+# Each device host builds a combination's virtual environment once from its wheels
+# (runs/environments.py), here, never in shared storage, and evicts the least recently
+# used ones past the size cap.
+CRCR_ENV_DIR = env_path("CRCR_ENV_DIR", VAR_DIR / "envs")
+CRCR_ENV_CACHE_GB = env_int("CRCR_ENV_CACHE_GB", 50, minimum=1)
+# What every test process needs besides torch and the backend, pinned and complete.
+CRCR_TEST_REQUIREMENTS = env_path(
+    "CRCR_TEST_REQUIREMENTS", BASE_DIR / "runs" / "test-requirements.txt"
+)
+# Where those come from; unset: uv's default (PyPI).
+CRCR_PACKAGE_INDEX = env_url("CRCR_PACKAGE_INDEX", None, ("http", "https", "file"))
 CRCR_MAX_SHARD_SECONDS = env_int("CRCR_MAX_SHARD_SECONDS", 1800, minimum=1)
 # Whole-shard and single-test limits; a test silent for CRCR_TEST_TIMEOUT is a hang.
 CRCR_SHARD_TIMEOUT = env_int("CRCR_SHARD_TIMEOUT", 2 * CRCR_MAX_SHARD_SECONDS, minimum=1)

@@ -26,7 +26,7 @@ from django.conf import settings
 
 from reproducibility import environment as host
 from reproducibility.models import Bundle, RunRecord, WorkerEnvironment
-from runs import planning
+from runs import environments, planning
 from runs.models import Artifact, Run, Shard, Trigger
 from selection.reuse.launcher import DEVICE_VARIABLES, PytestRun, TestEnvironment
 
@@ -73,13 +73,29 @@ def record_fields(run: Run, pytest: PytestRun | None = None) -> dict[str, Any]:
 
 
 def record_worker(
-    run: Run, shard: Shard, environment: TestEnvironment | None = None, **_event: object
+    run: Run,
+    shard: Shard,
+    environment: TestEnvironment | None = None,
+    built: environments.Environment | None = None,
+    **_event: object,
 ) -> WorkerEnvironment:
     """Record this host's environment for a shard it claimed (once per claim);
-    `environment` is what the shard's processes get (else made again the same way)."""
+    `environment` is what the shard's processes get (else made again the same way),
+    `built` the interpreter they run in (else this worker's own)."""
     facts = host_facts(run.backend.device_module)
+    built = built or environments.installed()
+    if not built.installed:
+        # The tests' packages are the combination's environment's, not the worker's.
+        versions = {wheel["kind"]: wheel["version"] for wheel in built.wheels}
+        facts.update(
+            python_version=built.facts.get("python_version", facts["python_version"]),
+            torch_version=versions.get("pytorch", ""),
+            backend_version=versions.get("backend", ""),
+            pip_freeze=built.freeze,
+        )
+    facts["environment"] = built.describe()
     if environment is None:
-        environment = planning.environment_for(run, Path(tree_facts(run)["path"]))
+        environment = planning.environment_for(run, Path(tree_facts(run)["path"]), built)
     env = environment.variables
     names = (*host.RELEVANT_ENV_VARS, *DEVICE_VARIABLES)
     facts["env_vars"] = {name: env[name] for name in names if name in env}

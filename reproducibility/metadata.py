@@ -111,6 +111,7 @@ def environment_facts(row: WorkerEnvironment) -> dict[str, Any]:
         "cpu_arch": row.cpu_arch,
         "env_vars": row.env_vars,
         "pip_freeze": row.pip_freeze,
+        "environment": row.environment,
         "captured_at": row.captured_at.isoformat(),
     }
 

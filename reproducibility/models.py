@@ -59,6 +59,9 @@ class WorkerEnvironment(models.Model):
     cpu_arch = models.CharField(max_length=40)
     env_vars = models.JSONField(default=dict)
     pip_freeze = models.TextField(blank=True)
+    # The interpreter the shard's tests ran in: the combination's environment built from
+    # its wheels (key, wheels, freeze), or the worker's own (runs.environments).
+    environment = models.JSONField(default=dict, blank=True)
     captured_at = models.DateTimeField(default=timezone.now)
 
     objects = WorkerEnvironmentQuerySet.as_manager()

@@ -11,6 +11,7 @@ consumer verifies them by hash.
 import hashlib
 import importlib.metadata
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -144,7 +145,7 @@ def build(
             raise ArtifactError(
                 f"the build command wrote no wheel into $CRCR_OUTPUT_DIR:\n{tail(log)}"
             )
-        return [_store_wheel(wheel) for wheel in wheels]
+        return [_store_wheel(wheel, backend) for wheel in wheels]
 
 
 def tail(log: Path, size: int = 3000) -> str:
@@ -159,14 +160,22 @@ def last_line(log: Path) -> str:
     return lines[-1][:200] if lines else ""
 
 
-def _store_wheel(wheel: Path) -> Artifact:
+def normalized(name: str) -> str:
+    """A distribution's name as wheel file names spell it (PEP 427)."""
+    return re.sub(r"[-_.]+", "_", name).lower()
+
+
+def _store_wheel(wheel: Path, backend: Backend) -> Artifact:
+    """Store a built wheel once by hash. The backend's wheel is the one named after its
+    device module's top-level package; torch and its companions are PyTorch's."""
     sha = sha256_file(wheel)
     existing = Artifact.objects.filter(sha256=sha).first()
     if existing:
         return existing
     name, version = wheel.name.split("-")[:2]
+    is_backend = normalized(name) == normalized(backend.device_module.split(".")[0])
     artifact = Artifact(
-        kind=Artifact.Kind.PYTORCH if name == "torch" else Artifact.Kind.BACKEND,
+        kind=Artifact.Kind.BACKEND if is_backend else Artifact.Kind.PYTORCH,
         name=name,
         version=version,
         sha256=sha,

@@ -7,8 +7,9 @@ transaction, so what they write commits (or rolls back) with the event.
 
 - `run_planned(run, pytest)`: the run's shards exist; `pytest` is the
   `selection.reuse.launcher.PytestRun` every process of the run starts from.
-- `shard_attempt_started(run, shard, environment)`: a device worker claimed the
-  shard (`shard.attempts` is this attempt) and will run it in `environment`.
+- `shard_attempt_started(run, shard, environment, built)`: a device worker claimed the
+  shard (`shard.attempts` is this attempt) and will run it with `environment`'s
+  variables in `built`, the combination's interpreter (`runs.environments`).
 - `run_finished(run)`: the run has its final status (it may never have planned).
 """
 

@@ -19,7 +19,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from crcr_site.lib import enqueue, leases
-from runs import areas, artifacts, attempts, events, sharding, worktrees
+from runs import areas, artifacts, attempts, environments, events, sharding, worktrees
 from runs.models import Run, Shard, TestDuration
 from runs.relay import outbox
 from runs.report_files import canonical
@@ -39,12 +39,16 @@ def workdir_for(run: Run) -> Path:
     return path
 
 
-def environment_for(run: Run, tree: Path) -> TestEnvironment:
-    """The interpreter and variables every pytest process of the run gets."""
+def environment_for(
+    run: Run, tree: Path, built: environments.Environment | None = None
+) -> TestEnvironment:
+    """The interpreter and variables every pytest process of the run gets: the
+    combination's environment (`environments.prepared`), else this worker's own."""
     # The run's own temporary files, apart from other runs'.
     return TestEnvironment.for_device(
-        run.backend.device_module, tree, tmpdir=workdir_for(run) / "tmp"
-    )
+        run.backend.device_module, tree, python=built.python if built else None,
+        tmpdir=workdir_for(run) / "tmp",
+    )  # fmt: skip
 
 
 def write_config(run: Run) -> Path:
@@ -82,12 +86,15 @@ def start(run_id: int) -> list[Shard]:
     with leases.held(run, Run.Status.PLANNING):
         try:
             prepare_artifacts(run)
-            pytest = pytest_for(run, worktrees.tree_for(run.pytorch_sha))
-            # A later attempt re-runs its previous attempt's failed shards as they were.
-            shards = attempts.shards_to_rerun(run)
-            if not shards:
-                report(run, "collecting the tests the config selects")
-                shards = plan(run, collect(pytest))
+            tree = worktrees.tree_for(run.pytorch_sha)
+            report(run, "preparing the combination's environment")
+            with environments.prepared(run.artifacts.all()) as built:
+                pytest = pytest_for(run, tree, environment_for(run, tree, built))
+                # A later attempt re-runs its previous attempt's failed shards as they were.
+                shards = attempts.shards_to_rerun(run)
+                if not shards:
+                    report(run, "collecting the tests the config selects")
+                    shards = plan(run, collect(pytest))
         except (PlanningError, worktrees.TestTreeError, artifacts.ArtifactError) as error:
             end(run, Run.Status.ERROR, str(error))
             return []

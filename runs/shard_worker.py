@@ -3,7 +3,8 @@
 Steps:
 1. claim the shard with a conditional update (pending, or running with a
    heartbeat gone silent: its worker died); losing the race ends the task;
-2. verify every artifact of the run by hash;
+2. verify every artifact of the run by hash, and take the combination's environment
+   (runs.environments: built on this host from the run's wheels, once);
 3. run the executor (crash pinning, hang watchdog, retries of failures that
    are not deterministic) while a heartbeat thread keeps the claim fresh;
 4. store every attempt, mark the shard done, classify its failures and queue its
@@ -24,7 +25,16 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from crcr_site.lib import leases
-from runs import artifacts, durations, events, ingest, planning, results, worktrees
+from runs import (
+    artifacts,
+    durations,
+    environments,
+    events,
+    ingest,
+    planning,
+    results,
+    worktrees,
+)
 from runs.crash_pinning import Executor, ProcessFailed, ShardSpec
 from runs.models import Run, Shard, TestDuration
 from runs.relay import outbox
@@ -104,26 +114,18 @@ def execute(shard_id: int, worker: str | None = None) -> Shard | None:
     if shard is None:
         return None
     run = shard.run
-    tree = worktrees.tree_for(run.pytorch_sha)
-    environment = planning.environment_for(run, tree)
-    events.shard_attempt_started.send(Run, run=run, shard=shard, environment=environment)
     outbox.job_started(run, shard)
+    workdir = planning.workdir_for(run) / f"shard-{shard.index}" / f"attempt-{shard.attempts}"
     try:
-        for artifact in run.artifacts.all():
+        # Registered artifacts are checked here; stored wheels as this host fetches them.
+        for artifact in run.artifacts.filter(file=""):
             artifacts.verify(artifact)
+        # The heartbeat covers building the environment too: that may take minutes.
+        with Heartbeat(shard, workdir), environments.prepared(run.artifacts.all()) as built:
+            records = run_tests(shard, built, workdir)
     except artifacts.ArtifactError as error:
         fail(shard.pk, f"artifact check failed: {error}")
         return shard
-    spec = ShardSpec(
-        ids=shard.test_ids,
-        workdir=planning.workdir_for(run) / f"shard-{shard.index}" / f"attempt-{shard.attempts}",
-        pytest=planning.pytest_for(run, tree, environment),
-        timeout=settings.CRCR_SHARD_TIMEOUT,
-        test_timeout=settings.CRCR_TEST_TIMEOUT,
-    )
-    try:
-        with Heartbeat(shard, spec.workdir):
-            records = Executor(spec, should_retry).run()
     except ProcessFailed as error:
         raise InfraError(str(error)) from error
     except ReportError as error:
@@ -137,6 +139,24 @@ def execute(shard_id: int, worker: str | None = None) -> Shard | None:
     remember_durations(run.backend.device_module, records)
     results.finish_if_done(run.pk)
     return shard
+
+
+def run_tests(shard: Shard, built: environments.Environment, workdir: Path) -> list[TestRecord]:
+    """The shard's tests in the combination's environment, every attempt of each."""
+    run = shard.run
+    tree = worktrees.tree_for(run.pytorch_sha)
+    environment = planning.environment_for(run, tree, built)
+    events.shard_attempt_started.send(
+        Run, run=run, shard=shard, environment=environment, built=built
+    )
+    spec = ShardSpec(
+        ids=shard.test_ids,
+        workdir=workdir,
+        pytest=planning.pytest_for(run, tree, environment),
+        timeout=settings.CRCR_SHARD_TIMEOUT,
+        test_timeout=settings.CRCR_TEST_TIMEOUT,
+    )
+    return Executor(spec, should_retry).run()
 
 
 def store(shard: Shard, records: list[TestRecord]) -> None:

@@ -33,6 +33,18 @@ def celery_worker_session(django_db_setup: Any, django_db_blocker: Any) -> Itera
         yield worker
 
 
+@pytest.fixture(scope="session", autouse=True)
+def environment_cache(tmp_path_factory: Any) -> Any:
+    """One device host's cache of combination environments for the whole session (worker
+    processes the tests start inherit it): torch is unpacked once, later builds link it."""
+    from django.conf import settings
+
+    path = tmp_path_factory.mktemp("environments")
+    settings.CRCR_ENV_DIR = path
+    os.environ["CRCR_ENV_DIR"] = str(path)
+    return path
+
+
 @pytest.fixture
 def celery_worker(celery_worker_session: Any, transactional_db: Any) -> Any:
     """The session worker, with a database whose commits the worker's thread can see."""

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import importlib.metadata
 import os
 import re
 import signal
@@ -60,6 +61,9 @@ SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "_KEY", "
 # Devices whose variables are not named after their package: the bundled reference device.
 NAMED_DEVICE_PREFIXES = {"selection.reuse.reference_device": "CRCR_REFDEV_"}
 REUSE_PLUGIN = "crcr_reuse"
+# The same plugin by module, for an interpreter without crcr installed (a combination's
+# own environment: crcr's checkout is on its PYTHONPATH, its entry point is not).
+REUSE_PLUGIN_MODULE = "selection.reuse.plugin"
 PROGRESS_PLUGIN = "selection.reuse.progress_log"
 CAPTURE_PLUGIN = "selection.opcapture_plugin"
 # The variables `for_device` sets, which a run's metadata records.
@@ -77,6 +81,7 @@ class TestEnvironment:
     python: str
     variables: Mapping[str, str]
     device_module: str | None = None
+    reuse_plugin: str = REUSE_PLUGIN  # the `-p` name that loads the reuse plugin there
 
     @classmethod
     def for_device(
@@ -89,7 +94,8 @@ class TestEnvironment:
         extra: Mapping[str, str] | None = None,
     ) -> TestEnvironment:
         """The variables of this process a test needs (`passed_variables`), plus the
-        device, the tree (`TORCH_ROOT`), a fixed hash seed and crcr on `PYTHONPATH`."""
+        device, the tree (`TORCH_ROOT`), a fixed hash seed and crcr on `PYTHONPATH`;
+        `python` is the combination's own interpreter (default: this one)."""
         variables = passed_variables(os.environ, device_module)
         variables.update(
             TORCH_ROOT=str(tree),
@@ -102,10 +108,27 @@ class TestEnvironment:
             tmpdir.mkdir(parents=True, exist_ok=True)
             variables["TMPDIR"] = str(tmpdir)  # the process's own temporary files
         variables.update(extra or {})
-        return cls(python or sys.executable, variables, device_module)
+        python = python or sys.executable
+        return cls(python, variables, device_module, reuse_plugin_for(python))
 
     def with_variables(self, **variables: str) -> TestEnvironment:
         return replace(self, variables={**self.variables, **variables})
+
+
+def reuse_plugin_for(python: str) -> str:
+    """How `python` loads the reuse plugin: by its entry point where crcr is installed,
+    else by module from crcr's checkout on PYTHONPATH. The checkout may carry an editable
+    install's metadata naming the entry point, and then it must be loaded by that name
+    (pytest refuses a plugin registered twice)."""
+    if python == sys.executable:
+        return REUSE_PLUGIN
+    in_checkout = importlib.metadata.distributions(path=[str(PROJECT_ROOT)])
+    named = any(
+        entry.group == "pytest11" and entry.name == REUSE_PLUGIN
+        for dist in in_checkout
+        for entry in dist.entry_points
+    )
+    return REUSE_PLUGIN if named else REUSE_PLUGIN_MODULE
 
 
 def passed_variables(environ: Mapping[str, str], device_module: str | None) -> dict[str, str]:
@@ -199,7 +222,11 @@ class PytestRun:
         """The reuse plugin's options: the configs, the device, the tree, the test limit."""
         if not self.uses_reuse:
             return []
-        args = ["-p", REUSE_PLUGIN, *(f"--reuse-config={config}" for config in self.configs)]
+        args = [
+            "-p",
+            self.environment.reuse_plugin,
+            *(f"--reuse-config={config}" for config in self.configs),
+        ]
         if self.environment.device_module is not None:
             args.append(f"--reuse-device={self.environment.device_module}")
         if self.tree is not None:

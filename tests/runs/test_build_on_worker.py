@@ -11,17 +11,22 @@ from reproducibility.models import WorkerEnvironment
 from reproducibility.tasks import capture_environment
 from runs import planning
 from runs.models import Run
+from tests.builds import reference_build
 from tests.factories import make_user
 from tests.reproducibility.builders import make_run
 from tests.waiting import wait_for
 
-WHEEL = "torch-2.13.0a0-cp311-cp311-linux_x86_64.whl"
+# The reference build's wheels (real ones: the run's environment is built from them).
+WHEELS = [
+    "build:crcr_refdev-0.0.0-py3-none-any.whl",
+    "build:torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl",
+]
 # Waits until the test says go, so the test knows exactly where the build stands
 # (five minutes at most: a test that failed before saying go leaves no build behind).
 BLOCKING_BUILD = (
     'echo "waiting for go"; n=0; while [ ! -e "$BUILD_GATE/go" ]; do '
     "n=$((n + 1)); [ $n -gt 1500 ] && exit 1; sleep 0.2; done; "
-    f'echo "compiling aten"; printf wheel > "$CRCR_OUTPUT_DIR/{WHEEL}"'
+    f'echo "compiling aten"; {reference_build()} > "$BUILD_GATE/reference.log" 2>&1'
 )
 
 
@@ -64,7 +69,7 @@ def test_the_start_page_answers_while_the_build_runs_on_the_worker_and_shows_it(
         what="the run to be planned with the built wheel",
     )
     assert run.status != "error", run.error
-    assert [a.location for a in run.artifacts.all()] == [f"build:{WHEEL}"]
+    assert sorted(a.location for a in run.artifacts.all()) == WHEELS
     log = planning.workdir_for(run) / planning.BUILD_LOG
     assert log.read_text() == "waiting for go\ncompiling aten\n"
 

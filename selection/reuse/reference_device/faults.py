@@ -13,7 +13,9 @@ text itself when it starts with ``{`` or ``[``)::
         signal: abort
 
 The profile is read lazily, on the first kernel call, so a test tree's conftest
-may still set the variable.
+may still set the variable. Without the variable, a profile a build baked into the
+package (``built_faults.yaml`` beside this file) applies: the reference build's
+stand-in for a backend compiled against PyTorch core (deploy/reference_build.py).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 ENV_FAULTS = "CRCR_REFDEV_FAULTS"
+BUILT_FAULTS = Path(__file__).with_name("built_faults.yaml")
 KINDS = ("deviation", "crash", "hang")
 
 
@@ -91,7 +94,9 @@ class FaultTable:
     def load(self) -> dict[str, list[Fault]]:
         if self._faults is None:
             spec = os.environ.get(ENV_FAULTS, "").strip()
-            if not spec:
+            if not spec and BUILT_FAULTS.is_file():
+                self._faults = parse_profile(BUILT_FAULTS.read_text(), str(BUILT_FAULTS))
+            elif not spec:
                 self._faults = {}
             elif spec[0] in "{[":
                 self._faults = parse_profile(spec, ENV_FAULTS)
