@@ -253,6 +253,8 @@ CRCR_BUILD_TIMEOUT = env_int("CRCR_BUILD_TIMEOUT", 4 * 3600, minimum=1)
 # used ones past the size cap.
 CRCR_ENV_DIR = env_path("CRCR_ENV_DIR", VAR_DIR / "envs")
 CRCR_ENV_CACHE_GB = env_int("CRCR_ENV_CACHE_GB", 50, minimum=1)
+# A bisection with a build command builds each probed commit (cached): at most this many.
+CRCR_BISECT_MAX_BUILDS = env_int("CRCR_BISECT_MAX_BUILDS", 8, minimum=1)
 # What every test process needs besides torch and the backend, pinned and complete.
 CRCR_TEST_REQUIREMENTS = env_path(
     "CRCR_TEST_REQUIREMENTS", BASE_DIR / "runs" / "test-requirements.txt"

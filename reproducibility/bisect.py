@@ -8,10 +8,14 @@ the red run's regressions as the tests to follow, and enqueues `run`.
 1. list the commits after the green SHA up to the red one through the
    upstream resolver, oldest first; the red SHA must be the last of them;
 2. the green run is the known good end, the red run the known bad end;
-3. while more than one commit remains, test the midpoint: "build" it (here:
-   the test tree at that commit, a git worktree of TORCH_ROOT), run the
-   failing tests there with the red run's config and device, once each, and
-   call the commit bad when one fails, good when all pass;
+3. while more than one commit remains, test the midpoint: build it (with a
+   build command: the combination's wheels at that commit, reused when a run or
+   an earlier bisection of the same backend version built them, at most
+   CRCR_BISECT_MAX_BUILDS a bisection; without one, the red run's registered
+   artifacts), take the test tree at that commit (a git worktree of TORCH_ROOT),
+   run the failing tests there in the build's environment with the red run's
+   config and device, once each, and call the commit bad when one fails, good
+   when all pass;
 4. the first bad commit is the one right after the last good one.
 A commit that cannot be built, or where the tests can be judged neither good
 nor bad (absent, skipped), stops the bisection with a message naming the
@@ -27,9 +31,9 @@ from django.utils import timezone
 
 from crcr_site.lib import enqueue, leases
 from reproducibility.models import Bisection, RunRecord
-from runs import planning, worktrees
+from runs import artifacts, environments, planning, worktrees
 from runs.crash_pinning import Executor, ShardSpec
-from runs.models import Failure, Run, TestResult
+from runs.models import Artifact, Failure, Run, TestResult
 from runs.report_files import FAILING, TestRecord
 from runs.upstream import UpstreamError, get_resolver
 from selection.reuse.launcher import PytestRun
@@ -70,8 +74,10 @@ def differences(good: Run, bad: Run) -> list[str]:
     suite_is_sha = good.test_suite_sha == good.pytorch_sha and bad.test_suite_sha == bad.pytorch_sha
     if good.test_suite_sha != bad.test_suite_sha and not suite_is_sha:
         moved.append("test suite")
+    # A registered backend (its source) must be the same; a built backend wheel is rebuilt
+    # against each PyTorch SHA, so its hash moves with it (its version is compared above).
     backend_artifacts = [
-        set(run.artifacts.filter(kind="backend").values_list("sha256", flat=True))
+        set(run.artifacts.filter(kind="backend", file="").values_list("sha256", flat=True))
         for run in (good, bad)
     ]
     if backend_artifacts[0] != backend_artifacts[1]:
@@ -199,12 +205,7 @@ def open_range(bisection: Bisection) -> str:
 
 
 def tree_at(sha: str) -> Path:
-    """The test tree at a commit: what "building" a commit means on this host."""
-    if settings.CRCR_BUILD_COMMAND:
-        raise Stop(
-            f"commit {sha[:12]} cannot be built here: runs use wheels from CRCR_BUILD_COMMAND "
-            "and this host cannot install a PyTorch build per bisect step"
-        )
+    """The test tree at a commit (a git worktree of TORCH_ROOT)."""
     root = Path(settings.CRCR_TORCH_ROOT)
     if not (root / ".git").exists():
         raise Stop(
@@ -226,7 +227,7 @@ def config_text(run: Run) -> str:
 
 
 def test_commit(bisection: Bisection, index: int) -> dict[str, Any]:
-    """Run the followed tests once each at commits[index] and judge the commit."""
+    """Build commits[index], run the followed tests once each there and judge the commit."""
     sha = bisection.commits[index]
     tree = tree_at(sha)
     run = bisection.bad_run
@@ -234,20 +235,78 @@ def test_commit(bisection: Bisection, index: int) -> dict[str, Any]:
     (workdir / "tmp").mkdir(parents=True, exist_ok=True)
     config = workdir / "config.yaml"
     config.write_text(config_text(run))
-    environment = planning.environment_for(run, tree).with_variables(TMPDIR=str(workdir / "tmp"))
-    spec = ShardSpec(
-        ids=bisection.test_ids, workdir=workdir,
-        pytest=PytestRun(environment, tree, configs=[config]),
-        timeout=settings.CRCR_SHARD_TIMEOUT, test_timeout=settings.CRCR_TEST_TIMEOUT,
-        max_attempts=1,
-    )  # fmt: skip
-    records = Executor(spec, lambda record: False).run()
+    wheels, built_now = artifacts_at(bisection, sha, workdir)
+    bisection.report(f"testing {sha[:12]}")
+    try:
+        with environments.prepared(wheels) as built:
+            environment = planning.environment_for(run, tree, built)
+            spec = ShardSpec(
+                ids=bisection.test_ids, workdir=workdir,
+                pytest=PytestRun(environment.with_variables(TMPDIR=str(workdir / "tmp")),
+                                 tree, configs=[config]),
+                timeout=settings.CRCR_SHARD_TIMEOUT, test_timeout=settings.CRCR_TEST_TIMEOUT,
+                max_attempts=1,
+            )  # fmt: skip
+            records = Executor(spec, lambda record: False).run()
+    except artifacts.ArtifactError as error:
+        raise Stop(f"commit {sha[:12]} cannot be tested: {error}; the first bad commit is "
+                   f"one of {open_range(bisection)}") from None  # fmt: skip
     verdict, detail = judge(sha, records)
     return {
         "index": index, "sha": sha, "subject": subject(sha), "verdict": verdict,
         "tested": True, "outcomes": {r.node_id: r.outcome for r in records},
-        "detail": detail, "at": timezone.now().isoformat(),
+        "detail": detail, "at": timezone.now().isoformat(), "built": built_now,
+        "artifacts": [a.sha256 for a in wheels], "backend_version": run.backend_version,
     }  # fmt: skip
+
+
+def artifacts_at(bisection: Bisection, sha: str, workdir: Path) -> tuple[list[Artifact], bool]:
+    """The combination's artifacts at `sha`, and whether this step built them.
+
+    Without a build command: the red run's own (the installed torch; only the test tree
+    moves). With one: a build of that commit, reused when a run or an earlier bisection of
+    the same backend version made it, else built now, at most CRCR_BISECT_MAX_BUILDS times.
+    """
+    run = bisection.bad_run
+    if not settings.CRCR_BUILD_COMMAND:
+        return list(run.artifacts.all()), False
+    cached = cached_build(run, sha)
+    if cached:
+        return cached, False
+    cap = settings.CRCR_BISECT_MAX_BUILDS
+    if bisection.builds() >= cap:
+        raise Stop(f"building commit {sha[:12]} would pass the cap of {cap} build(s) a "
+                   f"bisection (CRCR_BISECT_MAX_BUILDS); the first bad commit is one of "
+                   f"{open_range(bisection)}")  # fmt: skip
+    building = f"building {sha[:12]}"
+    bisection.report(building)
+    try:
+        wheels = artifacts.build(
+            sha, run.backend, run.backend_version, log=workdir / "build.log",
+            progress=lambda line: bisection.report(f"{building}: {line}" if line else building),
+        )  # fmt: skip
+    except artifacts.ArtifactError as error:
+        raise Stop(f"commit {sha[:12]} cannot be built: {error}; the first bad commit is "
+                   f"one of {open_range(bisection)}") from None  # fmt: skip
+    return wheels, True
+
+
+def cached_build(run: Run, sha: str) -> list[Artifact] | None:
+    """Wheels built at `sha` for the run's backend version: by a run, or a bisection step."""
+    for other in Run.objects.filter(
+        backend=run.backend, backend_version=run.backend_version, pytorch_sha=sha
+    ).prefetch_related("artifacts"):
+        built = list(other.artifacts.all())
+        if built and all(artifact.file for artifact in built):
+            return built
+    for bisection in Bisection.objects.filter(bad_run__backend=run.backend):
+        for step in bisection.steps:
+            hashes = step.get("artifacts") or []
+            if step["sha"] == sha and step.get("backend_version") == run.backend_version:
+                found = list(Artifact.objects.filter(sha256__in=hashes).exclude(file=""))
+                if hashes and len(found) == len(hashes):
+                    return found
+    return None
 
 
 def judge(sha: str, records: list[TestRecord]) -> tuple[str, str]:

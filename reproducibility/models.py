@@ -197,6 +197,8 @@ class Bisection(Leased):
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.QUEUED)
     first_bad_sha = models.CharField(max_length=40, blank=True)
     message = models.TextField(blank=True)
+    # What the running step is doing now (building a commit: the build's last line).
+    stage = models.CharField(max_length=300, blank=True)
     requested_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
     )
@@ -206,6 +208,15 @@ class Bisection(Leased):
 
     def __str__(self) -> str:
         return f"bisect {self.good_run} .. {self.bad_run}"
+
+    def report(self, stage: str) -> None:
+        """What the bisection is doing now (its page polls it)."""
+        self.stage = stage[:300]
+        Bisection.objects.filter(pk=self.pk).update(stage=self.stage)
+
+    def builds(self) -> int:
+        """Commits this bisection had to build (a cached build does not count)."""
+        return sum(1 for step in self.steps if step.get("built"))
 
     @property
     def is_finished(self) -> bool:
@@ -224,8 +235,8 @@ class Bisection(Leased):
 
     def finish(self, status: str, message: str, first_bad_sha: str = "") -> None:
         self.status, self.message, self.first_bad_sha = status, message, first_bad_sha
-        self.finished_at = timezone.now()
-        self.save(update_fields=["status", "message", "first_bad_sha", "finished_at"])
+        self.finished_at, self.stage = timezone.now(), ""
+        self.save(update_fields=["status", "message", "first_bad_sha", "finished_at", "stage"])
 
     def steps_in_order(self) -> list[dict[str, Any]]:
         """Steps in commit order, each with its commit's position and the order it ran in."""

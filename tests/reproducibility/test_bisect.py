@@ -9,6 +9,7 @@ from demo.localgit import PyTorchShapedRepo
 from reproducibility import bisect
 from reproducibility.models import Bisection
 from runs import crash_pinning
+from tests.builds import DEVICE_MODULE, reference_build
 from tests.factories import make_backend, make_config, make_user
 from tests.reproducibility.builders import add_result, make_run
 
@@ -61,8 +62,8 @@ def upstream(tmp_path, settings) -> dict[str, str]:
     return shas
 
 
-def green_and_red(shas: dict[str, str], config_text: str = CONFIG):
-    backend = make_backend("acme")
+def green_and_red(shas: dict[str, str], config_text: str = CONFIG, backend=None):
+    backend = backend or make_backend("acme")
     config = make_config(backend, CONFIG)
     good = make_run(backend, config, shas["good"], "passed")
     bad_config = config if config_text == CONFIG else make_config(backend, config_text)
@@ -135,3 +136,61 @@ def test_a_redelivered_bisection_task_does_nothing(upstream):
     bisection = bisect.start(bad)
     Bisection.objects.filter(pk=bisection.pk).update(status=Bisection.Status.RUNNING)
     assert bisect.run(bisection.pk) is None
+
+
+# PyTorch core at a commit, as the reference build compiles it into the backend: from the
+# culprit on, `add` is off by one on the device. The test files never change.
+BROKEN_CORE = "faults:\n  - op: add\n    kind: deviation\n    amount: 1.0\n"
+
+
+@pytest.fixture
+def core_upstream(tmp_path, settings) -> dict[str, str]:
+    """good, then five commits; the third breaks `add` in core, not in the tests."""
+    repo = PyTorchShapedRepo(tmp_path / "pytorch")
+    shas = {"good": repo.commit("main", "Add a tiny test (#1)", {
+        "pytest.ini": "[pytest]\n", "test/test_tiny.py": tiny_test("2.0")})}  # fmt: skip
+    for n, message in enumerate(["Docs (#2)", "Refactor (#3)", "Rewrite add's kernel (#4)",
+                                 "More docs (#5)", "Bump version (#6)"]):  # fmt: skip
+        files = {"crcr/refdev_faults.yaml": BROKEN_CORE} if "kernel" in message else None
+        shas[f"c{n + 1}"] = repo.commit("main", message, files)
+    shas["bad"] = shas["c5"]
+    settings.CRCR_TORCH_ROOT = repo.path
+    settings.CRCR_UPSTREAM = f"git:{repo.path}"
+    settings.MEDIA_ROOT = str(tmp_path / "storage")
+    settings.CRCR_BUILD_COMMAND = reference_build(repo.path)
+    return shas
+
+
+def test_with_a_build_command_bisect_builds_each_commit_and_finds_the_culprit_in_core(
+    core_upstream, settings, client
+):
+    backend = make_backend("acme", device_module=DEVICE_MODULE)
+    good, bad = green_and_red(core_upstream, backend=backend)
+
+    # A cap of one build: the second commit to build stops the search, saying so.
+    settings.CRCR_BISECT_MAX_BUILDS = 1
+    capped = bisect.run(bisect.start(bad).pk)
+    assert capped.status == Bisection.Status.STOPPED
+    assert f"building commit {core_upstream['c3'][:12]} would pass the cap of 1 build(s)" in (
+        capped.message
+    )
+    assert [(s["sha"], s["verdict"], s["built"]) for s in capped.steps if s["tested"]] == [
+        (core_upstream["c2"], "good", True)]  # fmt: skip
+
+    settings.CRCR_BISECT_MAX_BUILDS = 8
+    bisection = bisect.run(bisect.start(bad).pk)
+    assert bisection.status == Bisection.Status.FOUND, bisection.message
+    assert bisection.first_bad_sha == core_upstream["c3"]
+    assert "Rewrite add's kernel (#4)" in bisection.message
+    tested = [step for step in bisection.steps if step["tested"]]
+    # The evidence: the test fails at the culprit and passes at its parent; the parent's
+    # build was the capped bisection's, reused.
+    assert [(s["sha"], s["verdict"], s["built"]) for s in tested] == [
+        (core_upstream["c2"], "good", False),
+        (core_upstream["c3"], "bad", True),
+    ]
+    assert tested[0]["outcomes"] == {NODE: "passed"} and tested[1]["outcomes"] == {NODE: "failed"}
+    assert tested[0]["artifacts"] != tested[1]["artifacts"]  # the backend built against c3
+    client.force_login(make_user("vera"))
+    page = client.get(f"/bisections/{bisection.uuid}/").content.decode()
+    assert "built for this step" in page and "an earlier build reused" in page
