@@ -10,6 +10,7 @@ is listed in the README.
 
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 from celery.schedules import crontab
 from django.core.exceptions import ImproperlyConfigured
@@ -158,10 +159,28 @@ WHITENOISE_USE_FINDERS = DEBUG
 # Artifacts, bundles and reports: the file system by default, any Django storage
 # backend (an S3-compatible one in production) through CRCR_STORAGE_BACKEND.
 MEDIA_ROOT = env_path("CRCR_STORAGE_ROOT", VAR_DIR / "storage")
+CRCR_STORAGE_BACKEND = env_str(
+    "CRCR_STORAGE_BACKEND", "django.core.files.storage.FileSystemStorage"
+)
+# S3-compatible storage (django-storages): the bucket, and an endpoint other than AWS's
+# (MinIO, Ceph, a local server); credentials come from boto3's own chain
+# (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, a profile, an instance role).
+STORAGE_OPTIONS: dict[str, Any] = {}
+if CRCR_STORAGE_BACKEND == "storages.backends.s3.S3Storage":
+    bucket = env_str("CRCR_S3_BUCKET")
+    if not bucket:
+        raise ImproperlyConfigured(
+            "CRCR_STORAGE_BACKEND is S3Storage but CRCR_S3_BUCKET is not set"
+        )
+    STORAGE_OPTIONS = {
+        "bucket_name": bucket,
+        "endpoint_url": env_url("CRCR_S3_ENDPOINT_URL", None, ("http", "https")),
+        "region_name": env_str("CRCR_S3_REGION"),
+        "file_overwrite": True,  # a retried upload replaces its own earlier copy
+        "querystring_auth": False,  # crcr serves files itself, never by signed URL
+    }
 STORAGES = {
-    "default": {
-        "BACKEND": env_str("CRCR_STORAGE_BACKEND", "django.core.files.storage.FileSystemStorage"),
-    },
+    "default": {"BACKEND": CRCR_STORAGE_BACKEND, "OPTIONS": STORAGE_OPTIONS},
     "staticfiles": {
         "BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"
         if DEBUG
@@ -248,6 +267,11 @@ CRCR_GITHUB_API_URL = env_url("CRCR_GITHUB_API_URL", "https://api.github.com", (
 CRCR_BUILD_COMMAND = env_str("CRCR_BUILD_COMMAND")
 # A build command running longer than this is killed and its run ends in error.
 CRCR_BUILD_TIMEOUT = env_int("CRCR_BUILD_TIMEOUT", 4 * 3600, minimum=1)
+# This host's own work folder: a run's config, test tree, test processes' reports and
+# logs are written here and sent to storage, where other hosts read them. By default it
+# is the file storage's own folder (one host: nothing is copied).
+_work_dir = env_str("CRCR_WORK_DIR")
+CRCR_WORK_DIR = Path(_work_dir).resolve() if _work_dir else None
 # Each device host builds a combination's virtual environment once from its wheels
 # (runs/environments.py), here, never in shared storage, and evicts the least recently
 # used ones past the size cap.

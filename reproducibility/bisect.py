@@ -31,7 +31,7 @@ from django.utils import timezone
 
 from crcr_site.lib import enqueue, leases
 from reproducibility.models import Bisection, RunRecord
-from runs import artifacts, environments, planning, worktrees
+from runs import artifacts, environments, planning, workfiles, worktrees
 from runs.crash_pinning import Executor, ShardSpec
 from runs.models import Artifact, Failure, Run, TestResult
 from runs.report_files import FAILING, TestRecord
@@ -231,7 +231,7 @@ def test_commit(bisection: Bisection, index: int) -> dict[str, Any]:
     sha = bisection.commits[index]
     tree = tree_at(sha)
     run = bisection.bad_run
-    workdir = Path(settings.MEDIA_ROOT) / "bisections" / str(bisection.uuid) / sha
+    workdir = workfiles.work_root() / "bisections" / str(bisection.uuid) / sha
     (workdir / "tmp").mkdir(parents=True, exist_ok=True)
     config = workdir / "config.yaml"
     config.write_text(config_text(run))

@@ -17,7 +17,7 @@ import json
 import os
 import shutil
 from collections import Counter
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from django.core.files.storage import default_storage
@@ -26,7 +26,8 @@ from reproducibility import attestation
 from reproducibility import metadata as run_metadata
 from reproducibility.models import Bundle
 from reproducibility.reproduce import tree_fingerprint
-from runs import planning
+from runs import workfiles
+from runs.models import Run
 
 RESULT_SUFFIXES = (".ids", ".junit.xml", ".progress.jsonl", ".log")
 SCRIPT = Path(__file__).with_name("reproduce.py")
@@ -41,7 +42,7 @@ def assemble(bundle: Bundle, folder: Path) -> list[str]:
     write_json(folder / "metadata.json", meta)
     (folder / "config.yaml").write_text(meta["config"]["text"])
     write_json(folder / "plan.json", {"plan": meta["plan"], "shards": meta["shards"]})
-    warnings += copy_results(planning.workdir_for(run), folder / "results")
+    warnings += copy_results(run, folder / "results")
     (folder / "requirements.txt").write_text(requirements(meta))
     write_json(folder / "attestation.intoto.json", attestation.statement(meta))
     shutil.copyfile(SCRIPT, folder / "reproduce")
@@ -54,8 +55,24 @@ def write_json(path: Path, data: Any) -> None:
     path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
-def copy_results(workdir: Path, target: Path) -> list[str]:
-    """Each pytest process's files, as crash pinning left them per shard and claim.
+def copy_results(run: Run, target: Path) -> list[str]:
+    """Each pytest process's files, as crash pinning left them per shard and claim, from
+    storage: the device hosts sent them there (runs.workfiles)."""
+    prefix = f"runs/{run.uuid}"
+    local = workfiles.local_storage_root()
+    if local is not None:
+        return copy_local_results(local / prefix, target)
+    for name in workfiles.listed(prefix):
+        relative = PurePosixPath(name).relative_to(prefix)
+        shard, attempt = relative.parts[0], relative.parts[1] if len(relative.parts) > 1 else ""
+        if (len(relative.parts) == 3 and shard.startswith("shard-") and ".." not in relative.parts
+                and attempt.startswith("attempt-") and name.endswith(RESULT_SUFFIXES)):  # fmt: skip
+            workfiles.download(name, target / relative)
+    return []
+
+
+def copy_local_results(workdir: Path, target: Path) -> list[str]:
+    """copy_results from a file system storage on this host.
 
     Test code can write into these folders (its TMPDIR is beside them), so a
     symbolic link is never followed: it is left out and named in a warning,

@@ -26,7 +26,7 @@ from django.conf import settings
 
 from reproducibility import environment as host
 from reproducibility.models import Bundle, RunRecord, WorkerEnvironment
-from runs import environments, planning
+from runs import environments, planning, workfiles, worktrees
 from runs.models import Artifact, Run, Shard, Trigger
 from selection.reuse.launcher import DEVICE_VARIABLES, PytestRun, TestEnvironment
 
@@ -175,7 +175,7 @@ def tree_facts(run: Run) -> dict[str, Any]:
     """Which test tree the run used: crcr's bundled one, a checkout at the SHA, or a folder."""
     root = Path(settings.CRCR_TORCH_ROOT)
     if (root / ".git").exists():
-        worktree = Path(settings.MEDIA_ROOT) / "worktrees" / run.pytorch_sha
+        worktree = workfiles.work_root() / worktrees.WORKTREES / run.pytorch_sha
         return {"kind": "checkout", "repository": str(root), "sha": run.pytorch_sha,
                 "path": str(worktree)}  # fmt: skip
     # crcr's own small tree travels in the bundle; another folder is only referenced.

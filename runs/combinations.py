@@ -81,8 +81,8 @@ def create_runs(trigger: Trigger) -> list[Run]:
         run.changed_since_green = changes_since_green(run)
         run.save(update_fields=["changed_since_green"])
         runs.append(run)
-    from runs.tasks import plan_run
+    from runs.tasks import publish_tree
 
     for run in runs:
-        enqueue.after_commit(plan_run, run.pk)
+        enqueue.after_commit(publish_tree, run.pk)
     return runs

@@ -19,7 +19,16 @@ from django.db import transaction
 from django.utils import timezone
 
 from crcr_site.lib import enqueue, leases
-from runs import areas, artifacts, attempts, environments, events, sharding, worktrees
+from runs import (
+    areas,
+    artifacts,
+    attempts,
+    environments,
+    events,
+    sharding,
+    workfiles,
+    worktrees,
+)
 from runs.models import Run, Shard, TestDuration
 from runs.relay import outbox
 from runs.report_files import canonical
@@ -34,7 +43,8 @@ class PlanningError(Exception):
 
 
 def workdir_for(run: Run) -> Path:
-    path = Path(settings.MEDIA_ROOT) / "runs" / str(run.uuid)
+    """The run's folder in this host's work folder (`runs.workfiles`)."""
+    path = workfiles.work_root() / "runs" / str(run.uuid)
     path.mkdir(parents=True, exist_ok=True)
     return path
 
@@ -86,7 +96,7 @@ def start(run_id: int) -> list[Shard]:
     with leases.held(run, Run.Status.PLANNING):
         try:
             prepare_artifacts(run)
-            tree = worktrees.tree_for(run.pytorch_sha)
+            tree = worktrees.tree_for_run(run)
             report(run, "preparing the combination's environment")
             with environments.prepared(run.artifacts.all()) as built:
                 pytest = pytest_for(run, tree, environment_for(run, tree, built))
@@ -127,11 +137,14 @@ def prepare_artifacts(run: Run) -> None:
         if settings.CRCR_BUILD_COMMAND
         else "registering the installed artifacts",
     )
-    built = artifacts.artifacts_for(
-        run.pytorch_sha, run.backend, run.backend_version,
-        log=workdir_for(run) / BUILD_LOG,
-        progress=lambda line: report(run, f"building: {line}" if line else "building"),
-    )  # fmt: skip
+    log = workdir_for(run) / BUILD_LOG
+    try:
+        built = artifacts.artifacts_for(
+            run.pytorch_sha, run.backend, run.backend_version, log=log,
+            progress=lambda line: report(run, f"building: {line}" if line else "building"),
+        )  # fmt: skip
+    finally:
+        workfiles.publish(log)  # kept with the run for every host, failed or not
     run.artifacts.set(built)
 
 

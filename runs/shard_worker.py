@@ -33,6 +33,7 @@ from runs import (
     ingest,
     planning,
     results,
+    workfiles,
     worktrees,
 )
 from runs.crash_pinning import Executor, ProcessFailed, ShardSpec
@@ -117,14 +118,18 @@ def execute(shard_id: int, worker: str | None = None) -> Shard | None:
     outbox.job_started(run, shard)
     workdir = planning.workdir_for(run) / f"shard-{shard.index}" / f"attempt-{shard.attempts}"
     try:
+        tree = worktrees.tree_for_run(run)
         # Registered artifacts are checked here; stored wheels as this host fetches them.
         for artifact in run.artifacts.filter(file=""):
             artifacts.verify(artifact)
         # The heartbeat covers building the environment too: that may take minutes.
         with Heartbeat(shard, workdir), environments.prepared(run.artifacts.all()) as built:
-            records = run_tests(shard, built, workdir)
+            records = run_tests(shard, built, tree, workdir)
     except artifacts.ArtifactError as error:
         fail(shard.pk, f"artifact check failed: {error}")
+        return shard
+    except worktrees.TestTreeError as error:
+        fail(shard.pk, f"no test tree: {error}")
         return shard
     except ProcessFailed as error:
         raise InfraError(str(error)) from error
@@ -134,6 +139,8 @@ def execute(shard_id: int, worker: str | None = None) -> Shard | None:
         close_old_connections()
         fail(shard.pk, f"corrupt test report: {error}")
         return shard
+    finally:
+        publish_outputs(workdir)
     close_old_connections()
     store(shard, records)
     remember_durations(run.backend.device_module, records)
@@ -141,10 +148,19 @@ def execute(shard_id: int, worker: str | None = None) -> Shard | None:
     return shard
 
 
-def run_tests(shard: Shard, built: environments.Environment, workdir: Path) -> list[TestRecord]:
+def publish_outputs(workdir: Path) -> None:
+    """Send the attempt's reports and logs to storage, for every host (the bundle's)."""
+    try:
+        workfiles.publish(workdir)
+    except Exception as error:  # any storage backend's own error: the task retries
+        raise InfraError(f"the shard's reports could not be sent to storage: {error}") from error
+
+
+def run_tests(
+    shard: Shard, built: environments.Environment, tree: Path, workdir: Path
+) -> list[TestRecord]:
     """The shard's tests in the combination's environment, every attempt of each."""
     run = shard.run
-    tree = worktrees.tree_for(run.pytorch_sha)
     environment = planning.environment_for(run, tree, built)
     events.shard_attempt_started.send(
         Run, run=run, shard=shard, environment=environment, built=built

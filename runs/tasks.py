@@ -8,7 +8,7 @@ from django.conf import settings
 from django.db import OperationalError
 
 from crcr_site.lib import enqueue, leases
-from runs import gate, planning, shard_worker, triggers
+from runs import gate, planning, shard_worker, triggers, worktrees
 from runs.models import Backend, Run
 from runs.relay import outbox
 from runs.upstream import RateLimitedError, UpstreamError
@@ -44,6 +44,21 @@ def trigger_nightly(self) -> None:
             triggers.start_nightly(backend)
         except RateLimitedError as error:
             raise self.retry(countdown=error.retry_after) from error
+
+
+@shared_task(time_limit=3600)
+def publish_tree(run_id: int) -> None:
+    """On a host with TORCH_ROOT: put a new run's test tree in storage for device hosts
+    without a PyTorch clone (nothing to do on one host), then send its planning."""
+    run = Run.objects.filter(pk=run_id, status=Run.Status.QUEUED).first()
+    if run is None:
+        return  # planned already: a redelivered message
+    try:
+        worktrees.publish(run)
+    except worktrees.TestTreeError as error:
+        planning.end(run, Run.Status.ERROR, f"the test tree could not be published: {error}")
+        return
+    enqueue.send(plan_run, run_id)
 
 
 @shared_task(time_limit=3 * 3600)
@@ -99,10 +114,15 @@ def resend_lost_work() -> dict[str, list[int]]:
     for task, name in ((gate_dispatch, "gate"), (recheck_dispatch, "recheck")):
         for pk in sent[name]:
             task.delay(pk)
+    # A run never planned starts again where it starts (its tree published, on `default`);
+    # a planning whose worker died resumes on `device`.
+    lost = [
+        enqueue.lost_before(t, settings.CRCR_LOST_WORK_SECONDS) for t in (publish_tree, plan_run)
+    ]
     sent["plan"] = leases.sweep(
         Run, Run.Status.QUEUED, Run.Status.PLANNING,
-        resend=lambda run: plan_run, give_up=planning.give_up,
-        lost_before=enqueue.lost_before(plan_run, settings.CRCR_LOST_WORK_SECONDS),
+        resend=lambda run: publish_tree if run.status == Run.Status.QUEUED else plan_run,
+        give_up=planning.give_up, lost_before=None if None in lost else lost[0],
     )  # fmt: skip
     return sent
 
