@@ -4,7 +4,7 @@ metadata.json             everything recorded (reproducibility.metadata)
 config.yaml               the config version's full text
 plan.json                 the shard plan with estimates, and how each shard ran
 results/shard-N/attempt-M/pNNN.{ids,junit.xml,progress.jsonl,log}
-requirements.txt          `pip freeze` of the worker, to rebuild the environment
+requirements.txt          `pip freeze` of the tests' environment, to rebuild it
 tree/                     crcr's bundled test tree, when the run used it
 artifacts/                the wheels, only when asked for (else referenced)
 attestation.intoto.json   an in-toto test-result statement
@@ -148,6 +148,8 @@ def copy_artifacts(meta: dict[str, Any], folder: Path, include: bool) -> list[st
 def _freeze_line(line: str) -> str:
     if line.startswith("-e ") or line.startswith("# Editable"):
         return f"# (crcr, installed by `reproduce --create-env`) {line.lstrip('# ')}"
+    if " @ file://" in line:  # a wheel of the combination, on the host that built it
+        return f"# (an artifact wheel, installed by `reproduce --create-env`) {line}"
     return line
 
 
@@ -198,7 +200,7 @@ by the Python that runs pytest: `pip install -e <crcr checkout>` at commit
     python reproduce --test '<node id>'
     python reproduce --shard 0
     python reproduce --all
-    python reproduce --create-env ./env     # a venv from requirements.txt
+    python reproduce --create-env ./env     # the run's environment (--wheels DIR)
 
 {where} Each re-run writes to `work/<time>/` and compares every test's outcome
 and failure category with the recorded ones (exit 0: all the same).

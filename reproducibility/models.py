@@ -83,9 +83,18 @@ class WorkerEnvironment(models.Model):
         """Every fact that can change a test's outcome, as strings keyed by a label."""
         facts = {name: str(getattr(self, name)) for name in COMPARED_FIELDS}
         facts["cpu_arch"] = self.cpu_arch
+        facts["interpreter"] = self.interpreter()
         for name, value in sorted(self.env_vars.items()):
             facts[f"${name}"] = str(value)
         return facts
+
+    def interpreter(self) -> str:
+        """Which environment the tests ran in, in words."""
+        built = self.environment or {}
+        if built.get("kind") == "built":
+            wheels = ", ".join(f"{w['name']} {w['version']}" for w in built.get("wheels", []))
+            return f"built from {wheels} (environment {built.get('key', '')[:12]})"
+        return "the worker's own (no build command: installed torch)" if built else ""
 
     def packages(self) -> dict[str, str]:
         """`pip freeze` as name -> full line (comments dropped)."""

@@ -8,7 +8,7 @@ Standard library only, so it runs from a freshly unpacked bundle:
     python reproduce --test NODE_ID [--test NODE_ID ...]
     python reproduce --shard N
     python reproduce --all
-    python reproduce --create-env DIR [--dry-run]   # a venv from requirements.txt
+    python reproduce --create-env DIR [--wheels W] [--dry-run]   # the run's environment
 
 Steps of a re-run:
 1. verify the bundle (refuses a tampered one unless --no-verify);
@@ -23,6 +23,10 @@ Steps of a re-run:
 The pytest plugins (`crcr_reuse`, `selection.reuse.progress_log`) come from crcr: the
 interpreter must have crcr installed (`pip install -e <crcr checkout>` at the
 commit in metadata.json), or the recorded checkout must still exist here.
+
+A run whose combination was built (a build command) ran in an environment made from
+its wheels and pinned test requirements: `--create-env` makes the same one from the
+same wheels (the bundle's `artifacts/`, or `--wheels DIR`), each checked by SHA-256.
 """
 
 from __future__ import annotations
@@ -341,10 +345,43 @@ def list_plan(meta: dict[str, Any]) -> int:
     return 0
 
 
-def create_env(target: Path, meta: dict[str, Any], dry_run: bool) -> int:
-    """A virtual environment from requirements.txt, the included wheels and crcr."""
+def built_environment(meta: dict[str, Any]) -> dict[str, Any] | None:
+    """The combination's environment the run's tests ran in, when one was built."""
+    for env in meta.get("environments", []):
+        if (env.get("environment") or {}).get("kind") == "built":
+            return dict(env["environment"])
+    return None
+
+
+def find_wheel(wheel: dict[str, Any], meta: dict[str, Any], wheels: Path | None) -> Path:
+    """The artifact's wheel, from the bundle or `wheels`, checked by its SHA-256."""
+    candidates = [
+        ROOT / artifact["bundled_path"]
+        for artifact in meta.get("artifacts", [])
+        if artifact.get("sha256") == wheel["sha256"] and artifact.get("bundled_path")
+    ]
+    candidates += sorted(wheels.glob("*.whl")) if wheels else []
+    for path in candidates:
+        if path.is_file() and sha256_file(path) == wheel["sha256"]:
+            return path
+    raise BundleError(
+        f"the wheel {wheel['name']} {wheel['version']} (sha256 {wheel['sha256']}) is neither "
+        "in this bundle nor in --wheels DIR: download it from the run's artifacts"
+    )
+
+
+def create_env(target: Path, meta: dict[str, Any], dry_run: bool, wheels: Path | None) -> int:
+    """A virtual environment like the run's: the combination's wheels and its pinned test
+    requirements when one was built (checked by hash), else the worker's requirements.txt,
+    the included wheels and crcr."""
     python = target / "bin" / "python"
     commands = [[sys.executable, "-m", "venv", str(target)]]
+    built = built_environment(meta)
+    if built is not None:
+        files = [str(find_wheel(wheel, meta, wheels)) for wheel in built["wheels"]]
+        commands.append([str(python), "-m", "pip", "install", "--no-deps", *files,
+                         "-r", str(ROOT / "requirements.txt")])  # fmt: skip
+        return run_commands(commands, python, dry_run)
     commands.append([str(python), "-m", "pip", "install", "-r", str(ROOT / "requirements.txt")])
     for artifact in meta.get("artifacts", []):
         if artifact.get("bundled_path"):
@@ -361,6 +398,10 @@ def create_env(target: Path, meta: dict[str, Any], dry_run: bool) -> int:
     checkout = meta.get("crcr", {}).get("checkout", "")
     if checkout and Path(checkout).is_dir():
         commands.append([str(python), "-m", "pip", "install", "--no-deps", "-e", checkout])
+    return run_commands(commands, python, dry_run)
+
+
+def run_commands(commands: list[list[str]], python: Path, dry_run: bool) -> int:
     for command in commands:
         print("$", " ".join(command), flush=True)
         if not dry_run:
@@ -390,6 +431,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument("--timeout", type=float, help="seconds before the pytest process is killed")
     parser.add_argument("--dry-run", action="store_true", help="with --create-env: print only")
+    parser.add_argument(
+        "--wheels", type=Path, help="with --create-env: a folder holding the run's wheels"
+    )
     parser.add_argument("--no-verify", action="store_true", help="skip the manifest check")
     return parser.parse_args(argv)
 
@@ -408,7 +452,7 @@ def main(argv: list[str]) -> int:
         if args.list:
             return list_plan(meta)
         if args.create_env:
-            return create_env(Path(args.create_env).resolve(), meta, args.dry_run)
+            return create_env(Path(args.create_env).resolve(), meta, args.dry_run, args.wheels)
         return rerun(args, meta)
     except BundleError as error:
         print(f"reproduce: {error}", file=sys.stderr)

@@ -55,32 +55,35 @@ def archive_name(run: Run) -> str:
     return f"{TREES}/{run.test_suite_sha}.tar.gz"
 
 
-def local_tree(run: Run) -> Path | None:
-    """The run's tree from this host's TORCH_ROOT, or None when this host has it not."""
+def local_tree(run: Run, published: bool) -> Path | None:
+    """The run's tree from this host's TORCH_ROOT, or None when this host has it not (or,
+    when the run's tree is `published`, has a plain folder holding another suite)."""
     from runs.combinations import test_suite_sha
 
     try:
         tree = tree_for(run.pytorch_sha)
     except TestTreeError:
         return None
-    # A plain folder must still be the suite the run was made from.
-    return tree if test_suite_sha(run.pytorch_sha) == run.test_suite_sha else None
+    if published and test_suite_sha(run.pytorch_sha) != run.test_suite_sha:
+        return None
+    return tree
 
 
 def tree_for_run(run: Run) -> Path:
     """The folder that plays ${TORCH_ROOT} for the run on this host: from TORCH_ROOT, or
     unpacked from storage once per host."""
-    tree = local_tree(run)
+    name = archive_name(run)
+    published = not workfiles.in_storage() and default_storage.exists(name)
+    tree = local_tree(run, published)
     if tree is not None:
         return tree
-    name = archive_name(run)
     target = workfiles.work_root() / TREES / run.test_suite_sha
     target.parent.mkdir(parents=True, exist_ok=True)
     # One unpacker per tree across processes on this host: the others wait and reuse it.
     with open(target.parent / f"{run.test_suite_sha}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not (target / "test").is_dir():
-            if not default_storage.exists(name):
+            if not published:
                 raise TestTreeError(
                     f"this host has no test tree at {run.pytorch_sha[:12]} (TORCH_ROOT "
                     f"{settings.CRCR_TORCH_ROOT}) and storage has no {name}"

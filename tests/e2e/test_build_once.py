@@ -7,19 +7,23 @@ under test say where they run from inside their own processes.
 """
 
 import json
+import shutil
+import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
+from django.urls import reverse
 
 from demo.localgit import PyTorchShapedRepo
 from reproducibility.metadata import metadata
-from reproducibility.models import WorkerEnvironment
+from reproducibility.models import Bundle, WorkerEnvironment
 from runs import environments, planning, shard_worker, triggers
 from runs.models import Artifact, Run, TestResult
 from runs.relay import outbox
 from tests.builds import DEVICE_MODULE, reference_build
-from tests.factories import make_backend, make_config
+from tests.factories import make_backend, make_config, make_user
 from tests.waiting import wait_for
 
 # Inside the test process: this interpreter, torch and the device are the environment's,
@@ -107,10 +111,9 @@ def built_environments() -> set[str]:
 
 
 def test_every_shard_runs_in_the_combinations_environment_built_once_per_wheel_set(
-    combination, celery_worker
+    combination, celery_worker, tmp_path, client
 ):
     backend, sha, probes = combination
-    before = built_environments()
 
     first = finished(triggers.start_manual(backend, sha).runs.get())
     assert first.status == "passed", first.error
@@ -126,7 +129,8 @@ def test_every_shard_runs_in_the_combinations_environment_built_once_per_wheel_s
     for probe in ran:
         assert Path(probe["prefix"]).resolve() == prefix
         assert Path(probe["torch"]).resolve().is_relative_to(prefix)
-    assert built_environments() - before == {key}
+    assert key in built_environments()  # (the session's cache: other tests may share it)
+    after_first = built_environments()
 
     # The run's metadata says which environment, from which wheels, with what in it.
     recorded = metadata(first)["environments"]
@@ -137,7 +141,12 @@ def test_every_shard_runs_in_the_combinations_environment_built_once_per_wheel_s
             a.sha256 for a in first.artifacts.all()}  # fmt: skip
         assert "pytest==9.2.0" in env["pip_freeze"] and env["torch_version"] == "2.13.0+cpu"
         assert env["backend_version"] == "0.0.0"
+    client.force_login(make_user("vera"))
+    record = client.get(reverse("reproducibility:record_detail", args=[first.uuid]))
+    assert f"built from crcr_refdev 0.0.0, torch 2.13.0+cpu (environment {key[:12]})" in (
+        record.content.decode())  # fmt: skip
     built_at = json.loads((prefix / environments.FACTS).read_text())["built_at"]
+    assert_the_bundle_recreates_the_environment(first, tmp_path)
 
     # The same combination again: the same wheels, the same environment, not rebuilt.
     second = finished(triggers.start_manual(backend, sha).runs.get())
@@ -145,7 +154,7 @@ def test_every_shard_runs_in_the_combinations_environment_built_once_per_wheel_s
     assert set(second.artifacts.all()) == set(first.artifacts.all())
     assert {Path(p["prefix"]).resolve() for p in probes_of(probes, len(ran))} == {prefix}
     assert json.loads((prefix / environments.FACTS).read_text())["built_at"] == built_at
-    assert built_environments() - before == {key}
+    assert built_environments() == after_first
 
     # A new backend version is a new backend wheel: a new environment.
     backend.version = "0.0.1"
@@ -153,12 +162,42 @@ def test_every_shard_runs_in_the_combinations_environment_built_once_per_wheel_s
     third = finished(triggers.start_manual(backend, sha).runs.get())
     assert third.status == "passed", third.error
     new_key = environments.key_for(third.artifacts.all())
-    assert new_key != key and built_environments() - before == {key, new_key}
+    assert new_key != key and built_environments() - after_first == {new_key}
     third_probes = probes_of(probes, 2 * len(ran))
     assert {Path(p["prefix"]).resolve() for p in third_probes} == {
         (Path(environments.root()) / new_key).resolve()}  # fmt: skip
     assert all("crcr_refdev" in p["device"] for p in third_probes)
     assert {env.backend_version for env in WorkerEnvironment.objects.filter(run=third)} == {"0.0.1"}
+
+
+def assert_the_bundle_recreates_the_environment(run: Run, tmp_path: Path) -> None:
+    """The bundle's `reproduce --create-env` installs the run's own wheels (found by hash)
+    and the pinned test requirements it ran with; a wheel it cannot find is named."""
+    bundle = wait_for(lambda: Bundle.objects.filter(run=run, status="ready").first(),
+                      timeout=300, what="the run's bundle")  # fmt: skip
+    unpacked = tmp_path / "bundle"
+    with tarfile.open(bundle.file.path) as tar:
+        tar.extractall(unpacked, filter="data")
+    (top,) = unpacked.iterdir()
+    reproduce = [sys.executable, "reproduce", "--create-env", str(tmp_path / "env"), "--dry-run"]
+    missing = subprocess.run(reproduce, cwd=top, capture_output=True, text=True)
+    device = run.artifacts.get(kind="backend")
+    assert missing.returncode == 2
+    assert f"wheel crcr_refdev 0.0.0 (sha256 {device.sha256}) is neither in this bundle nor " \
+        "in --wheels DIR" in missing.stderr  # fmt: skip
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    for artifact in run.artifacts.all():  # as a user downloads them, under any names
+        shutil.copy(artifact.file.path, wheels / f"{artifact.name}-download.whl")
+    made = subprocess.run([*reproduce, "--wheels", str(wheels)], cwd=top, capture_output=True,
+                          text=True)  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    install = next(line for line in made.stdout.splitlines() if " install " in line)
+    assert "--no-deps" in install and "requirements.txt" in install
+    assert {f"{wheels}/{a.name}-download.whl" for a in run.artifacts.all()} <= set(install.split())
+    requirements = (top / "requirements.txt").read_text()
+    assert "\npytest==9.2.0\n" in requirements and "\nnumpy==2.4.6\n" in requirements
+    assert "\ntorch @ file://" not in requirements  # the host's wheel cache means nothing here
 
 
 def corrupt(artifact: Artifact) -> None:

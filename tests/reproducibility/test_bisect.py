@@ -8,7 +8,7 @@ from django.conf import settings as django_settings
 from demo.localgit import PyTorchShapedRepo
 from reproducibility import bisect
 from reproducibility.models import Bisection
-from runs import crash_pinning
+from runs import artifacts, crash_pinning
 from tests.builds import DEVICE_MODULE, reference_build
 from tests.factories import make_backend, make_config, make_user
 from tests.reproducibility.builders import add_result, make_run
@@ -44,22 +44,28 @@ def tiny_test(expected: str) -> str:
     return TINY_TEST.replace("EXPECTED", expected)
 
 
-@pytest.fixture
-def upstream(tmp_path, settings) -> dict[str, str]:
-    """good, five commits after it, the third of which breaks test_add; bad is the last."""
+def planted_upstream(tmp_path, settings, planted: str, files: dict[str, str]):
+    """A clone and its SHAs: good, then five commits, the third of which (`planted`)
+    changes `files`; `shas["planted"]` is it, `shas["bad"]` the last commit."""
     repo = PyTorchShapedRepo(tmp_path / "pytorch")
     shas = {"good": repo.commit("main", "Add a tiny test (#1)", {
         "pytest.ini": "[pytest]\n", "test/test_tiny.py": tiny_test("2.0")})}  # fmt: skip
-    for n, message in enumerate(["Docs (#2)", "Refactor (#3)", "Change add's expectation (#4)",
-                                 "More docs (#5)", "Bump version (#6)"]):  # fmt: skip
-        files = {"test/test_tiny.py": tiny_test("3.0")} if "expectation" in message else None
-        shas[f"c{n + 1}"] = repo.commit("main", message, files)
+    for n, message in enumerate(["Docs (#2)", "Refactor (#3)", planted, "More docs (#5)",
+                                 "Bump version (#6)"]):  # fmt: skip
+        shas[f"c{n + 1}"] = repo.commit("main", message, files if message == planted else None)
     shas["planted"], shas["bad"] = shas["c3"], shas["c5"]
     settings.CRCR_TORCH_ROOT = repo.path
     settings.CRCR_UPSTREAM = f"git:{repo.path}"
     settings.MEDIA_ROOT = str(tmp_path / "storage")
     settings.CRCR_BUILD_COMMAND = None
-    return shas
+    return repo, shas
+
+
+@pytest.fixture
+def upstream(tmp_path, settings) -> dict[str, str]:
+    """The third commit after good breaks test_add's expectation; bad is the last."""
+    changed = {"test/test_tiny.py": tiny_test("3.0")}
+    return planted_upstream(tmp_path, settings, "Change add's expectation (#4)", changed)[1]
 
 
 def green_and_red(shas: dict[str, str], config_text: str = CONFIG, backend=None):
@@ -145,52 +151,58 @@ BROKEN_CORE = "faults:\n  - op: add\n    kind: deviation\n    amount: 1.0\n"
 
 @pytest.fixture
 def core_upstream(tmp_path, settings) -> dict[str, str]:
-    """good, then five commits; the third breaks `add` in core, not in the tests."""
-    repo = PyTorchShapedRepo(tmp_path / "pytorch")
-    shas = {"good": repo.commit("main", "Add a tiny test (#1)", {
-        "pytest.ini": "[pytest]\n", "test/test_tiny.py": tiny_test("2.0")})}  # fmt: skip
-    for n, message in enumerate(["Docs (#2)", "Refactor (#3)", "Rewrite add's kernel (#4)",
-                                 "More docs (#5)", "Bump version (#6)"]):  # fmt: skip
-        files = {"crcr/refdev_faults.yaml": BROKEN_CORE} if "kernel" in message else None
-        shas[f"c{n + 1}"] = repo.commit("main", message, files)
-    shas["bad"] = shas["c5"]
-    settings.CRCR_TORCH_ROOT = repo.path
-    settings.CRCR_UPSTREAM = f"git:{repo.path}"
-    settings.MEDIA_ROOT = str(tmp_path / "storage")
+    """The third commit after good breaks `add` in core, not in the tests; a build command
+    builds each commit."""
+    changed = {"crcr/refdev_faults.yaml": BROKEN_CORE}
+    repo, shas = planted_upstream(tmp_path, settings, "Rewrite add's kernel (#4)", changed)
     settings.CRCR_BUILD_COMMAND = reference_build(repo.path)
     return shas
 
 
 def test_with_a_build_command_bisect_builds_each_commit_and_finds_the_culprit_in_core(
-    core_upstream, settings, client
+    core_upstream, settings, client, tmp_path
 ):
     backend = make_backend("acme", device_module=DEVICE_MODULE)
     good, bad = green_and_red(core_upstream, backend=backend)
+    # An older run of the same backend version built c2 already: bisect reuses that build.
+    earlier = make_run(backend, good.config_version, core_upstream["c2"], "passed")
+    earlier.created_at = good.created_at - timedelta(days=1)
+    earlier.save()
+    earlier.artifacts.set(artifacts.build(core_upstream["c2"], backend, "0.0.0", tmp_path / "log"))
 
-    # A cap of one build: the second commit to build stops the search, saying so.
-    settings.CRCR_BISECT_MAX_BUILDS = 1
-    capped = bisect.run(bisect.start(bad).pk)
-    assert capped.status == Bisection.Status.STOPPED
-    assert f"building commit {core_upstream['c3'][:12]} would pass the cap of 1 build(s)" in (
-        capped.message
-    )
-    assert [(s["sha"], s["verdict"], s["built"]) for s in capped.steps if s["tested"]] == [
-        (core_upstream["c2"], "good", True)]  # fmt: skip
-
-    settings.CRCR_BISECT_MAX_BUILDS = 8
     bisection = bisect.run(bisect.start(bad).pk)
     assert bisection.status == Bisection.Status.FOUND, bisection.message
-    assert bisection.first_bad_sha == core_upstream["c3"]
+    assert bisection.first_bad_sha == core_upstream["planted"]
     assert "Rewrite add's kernel (#4)" in bisection.message
     tested = [step for step in bisection.steps if step["tested"]]
-    # The evidence: the test fails at the culprit and passes at its parent; the parent's
-    # build was the capped bisection's, reused.
+    # The evidence: the test fails at the culprit and passes at its parent, each in the
+    # environment of that commit's build.
     assert [(s["sha"], s["verdict"], s["built"]) for s in tested] == [
         (core_upstream["c2"], "good", False),
-        (core_upstream["c3"], "bad", True),
+        (core_upstream["planted"], "bad", True),
     ]
     assert tested[0]["outcomes"] == {NODE: "passed"} and tested[1]["outcomes"] == {NODE: "failed"}
+    assert set(tested[0]["artifacts"]) == {a.sha256 for a in earlier.artifacts.all()}
     assert tested[0]["artifacts"] != tested[1]["artifacts"]  # the backend built against c3
     client.force_login(make_user("vera"))
     page = client.get(f"/bisections/{bisection.uuid}/").content.decode()
     assert "built for this step" in page and "an earlier build reused" in page
+
+
+def test_a_bisection_past_its_cap_of_builds_stops_naming_the_cap_and_the_open_range(
+    core_upstream, settings, tmp_path
+):
+    backend = make_backend("acme", device_module=DEVICE_MODULE)
+    _, bad = green_and_red(core_upstream, backend=backend)
+    settings.CRCR_BISECT_MAX_BUILDS = 1
+    bisection = bisect.start(bad)
+    bisection.commits = [core_upstream[f"c{n}"] for n in range(1, 6)]
+    bisection.add_step({"index": 1, "sha": core_upstream["c2"], "verdict": "good",
+                        "tested": True, "built": True})  # fmt: skip
+    with pytest.raises(bisect.Stop) as stopped:
+        bisect.artifacts_at(bisection, core_upstream["c3"], tmp_path)
+    assert str(stopped.value) == (
+        f"building commit {core_upstream['c3'][:12]} would pass the cap of 1 build(s) a "
+        "bisection (CRCR_BISECT_MAX_BUILDS); the first bad commit is one of 3 commit(s): "
+        + ", ".join(core_upstream[f"c{n}"][:12] for n in (3, 4, 5))
+    )
