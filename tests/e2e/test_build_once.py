@@ -20,7 +20,7 @@ from demo.localgit import PyTorchShapedRepo
 from reproducibility.metadata import metadata
 from reproducibility.models import Bundle, WorkerEnvironment
 from runs import environments, planning, shard_worker, triggers
-from runs.models import Artifact, Run, TestResult
+from runs.models import Artifact, Run, Shard, TestResult
 from runs.relay import outbox
 from tests.builds import DEVICE_MODULE, reference_build
 from tests.factories import make_backend, make_config, make_user
@@ -213,9 +213,11 @@ def test_a_corrupt_or_missing_wheel_fails_as_infrastructure_naming_its_hash_and_
 ):
     backend, sha, probes = combination
     run = triggers.start_manual(backend, sha).runs.get()
-    planning.start(run.pk)  # on this host: the environment is built (or found) here
-    run.refresh_from_db()
-    assert run.status == "running", run.error
+    # Built and planned on another host: its wheels are in storage, its shards waiting.
+    planning.prepare_artifacts(run)
+    node = "test/test_where.py::TestWherePRIVATEUSE1::test_{}_privateuseone"
+    planning.store(run, [Shard(run=run, index=index, test_ids=[node.format(name)])
+                         for index, name in enumerate(("add", "mul"))])  # fmt: skip
     wheel = run.artifacts.get(kind="backend")
 
     # Another device host, whose cache has never seen these wheels, gets a corrupt one.
