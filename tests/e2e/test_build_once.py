@@ -200,6 +200,13 @@ def assert_the_bundle_recreates_the_environment(run: Run, tmp_path: Path) -> Non
     assert "\ntorch @ file://" not in requirements  # the host's wheel cache means nothing here
 
 
+def built_elsewhere(backend, sha: str) -> tuple[Run, Artifact]:
+    """A run whose wheels were built and stored (by another host), and its backend wheel."""
+    run = triggers.start_manual(backend, sha).runs.get()
+    planning.prepare_artifacts(run)
+    return run, run.artifacts.get(kind="backend")
+
+
 def corrupt(artifact: Artifact) -> None:
     path = Path(artifact.file.path)
     data = bytearray(path.read_bytes())
@@ -212,13 +219,11 @@ def test_a_corrupt_or_missing_wheel_fails_as_infrastructure_naming_its_hash_and_
     combination, settings, tmp_path
 ):
     backend, sha, probes = combination
-    run = triggers.start_manual(backend, sha).runs.get()
-    # Built and planned on another host: its wheels are in storage, its shards waiting.
-    planning.prepare_artifacts(run)
+    # Planned on another host: its wheels are in storage, its shards waiting.
+    run, wheel = built_elsewhere(backend, sha)
     node = "test/test_where.py::TestWherePRIVATEUSE1::test_{}_privateuseone"
     planning.store(run, [Shard(run=run, index=index, test_ids=[node.format(name)])
                          for index, name in enumerate(("add", "mul"))])  # fmt: skip
-    wheel = run.artifacts.get(kind="backend")
 
     # Another device host, whose cache has never seen these wheels, gets a corrupt one.
     settings.CRCR_ENV_DIR = str(tmp_path / "other-host")
@@ -247,9 +252,7 @@ def test_planning_on_a_corrupt_wheel_ends_the_run_in_error_naming_its_hash(
     combination, settings, tmp_path
 ):
     backend, sha, probes = combination
-    run = triggers.start_manual(backend, sha).runs.get()
-    planning.prepare_artifacts(run)
-    wheel = run.artifacts.get(kind="backend")
+    run, wheel = built_elsewhere(backend, sha)
     corrupt(wheel)
     settings.CRCR_ENV_DIR = str(tmp_path / "fresh-host")
 
