@@ -31,6 +31,7 @@ import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import cache
 from pathlib import Path
 
 # The crcr checkout (or installed tree) the plugins below are imported from.
@@ -122,13 +123,18 @@ def reuse_plugin_for(python: str) -> str:
     (pytest refuses a plugin registered twice)."""
     if python == sys.executable:
         return REUSE_PLUGIN
+    return REUSE_PLUGIN if _checkout_names_the_entry_point() else REUSE_PLUGIN_MODULE
+
+
+@cache
+def _checkout_names_the_entry_point() -> bool:
+    """Read once a process: every test process spec asks, the checkout does not change."""
     in_checkout = importlib.metadata.distributions(path=[str(PROJECT_ROOT)])
-    named = any(
+    return any(
         entry.group == "pytest11" and entry.name == REUSE_PLUGIN
         for dist in in_checkout
         for entry in dist.entry_points
     )
-    return REUSE_PLUGIN if named else REUSE_PLUGIN_MODULE
 
 
 def passed_variables(environ: Mapping[str, str], device_module: str | None) -> dict[str, str]:
