@@ -38,5 +38,10 @@ lint:
 typecheck:
 	$(BIN)/mypy
 
+# Two pytest-xdist workers (one per core): most of a test's time is spent waiting on
+# a subprocess, a worker or the browser, so two at a time halve the wall time. Each has
+# its own test database and broker database (tests/conftest.py); a file's tests stay on
+# one worker (--dist loadfile), so a module's shared fixture is made once.
+PYTEST_WORKERS ?= 2
 pytest:
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile

@@ -14,6 +14,26 @@ os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 CHROMIUM = "/usr/bin/chromium"
 
 
+def _own_broker_database() -> None:
+    """Under pytest-xdist each worker's in-process Celery worker consumes a Redis database
+    of its own (the configured one, minus the worker's number), so no worker runs a task
+    another sent against its own test database. Processes the tests start inherit it."""
+    from django.conf import settings
+
+    from crcr_site.celery import app
+
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    url = settings.CELERY_BROKER_URL
+    if not worker.startswith("gw") or not url or not url.startswith("redis"):
+        return
+    base, _, number = url.rpartition("/")
+    url = f"{base}/{int(number or 0) - int(worker[2:])}"
+    os.environ["CELERY_BROKER_URL"] = settings.CELERY_BROKER_URL = app.conf.broker_url = url
+
+
+_own_broker_database()
+
+
 @pytest.fixture(scope="session")
 def celery_worker_session(django_db_setup: Any, django_db_blocker: Any) -> Iterator[Any]:
     """One in-process Celery worker for the whole session, consuming every queue."""
@@ -36,10 +56,16 @@ def celery_worker_session(django_db_setup: Any, django_db_blocker: Any) -> Itera
 @pytest.fixture(scope="session", autouse=True)
 def environment_cache(tmp_path_factory: Any) -> Any:
     """One device host's cache of combination environments for the whole session (worker
-    processes the tests start inherit it): torch is unpacked once, later builds link it."""
+    processes the tests start inherit it): torch is unpacked once, later builds link it.
+    pytest-xdist's workers share it (their temporary folders sit side by side), as the
+    workers of one device host do; its lock makes one of them build each environment."""
     from django.conf import settings
 
-    path = tmp_path_factory.mktemp("environments")
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        path = tmp_path_factory.getbasetemp().parent / "environments"
+        path.mkdir(exist_ok=True)
+    else:
+        path = tmp_path_factory.mktemp("environments")
     settings.CRCR_ENV_DIR = path
     os.environ["CRCR_ENV_DIR"] = str(path)
     return path
@@ -49,6 +75,15 @@ def environment_cache(tmp_path_factory: Any) -> Any:
 def celery_worker(celery_worker_session: Any, transactional_db: Any) -> Any:
     """The session worker, with a database whose commits the worker's thread can see."""
     return celery_worker_session
+
+
+@pytest.fixture
+def broker() -> Iterator[str]:
+    """A Redis server of the test's own for the worker processes it starts."""
+    from tests.workers import own_redis
+
+    with own_redis() as url:
+        yield url
 
 
 @pytest.fixture

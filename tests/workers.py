@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -94,14 +95,11 @@ def shard_log(tmp_path: Path, run_uuid: object, index: int, attempt: int = 1) ->
 
 
 @contextmanager
-def flushed_redis_db(number: int) -> Iterator[str]:
-    """A database of the shared Redis, empty before and after the test."""
-    flush = ["redis-cli", "-n", str(number), "flushdb"]
-    subprocess.run(flush, check=True, capture_output=True)
-    try:
-        yield f"redis://127.0.0.1:6379/{number}"
-    finally:
-        subprocess.run(flush, check=True, capture_output=True)
+def own_redis() -> Iterator[str]:
+    """A Redis server of the test's own, without persistence: the suite's in-process
+    worker, other tests and other pytest-xdist workers never see its queues."""
+    with tempfile.TemporaryDirectory() as workdir, PrivateRedis(Path(workdir)) as server:
+        yield server.url
 
 
 def free_port() -> int:

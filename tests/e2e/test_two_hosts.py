@@ -28,7 +28,6 @@ from tests.workers import (
     SMALL,
     environment,
     finished,
-    flushed_redis_db,
     free_port,
     results_once,
     start_worker,
@@ -75,12 +74,6 @@ def _bucket_made(client) -> bool:
 def keys(client, prefix: str) -> set[str]:
     pages = client.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix)
     return {item["Key"] for page in pages for item in page.get("Contents", [])}
-
-
-@pytest.fixture
-def broker():
-    with flushed_redis_db(6) as url:
-        yield url
 
 
 def test_a_device_host_sharing_only_database_broker_and_storage_runs_a_whole_run(

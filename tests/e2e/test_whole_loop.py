@@ -8,6 +8,7 @@ the reference device, classified and reported back; the selection pipeline
 proposes a config, which two reviewers turn into a merged config version.
 """
 
+import os
 import re
 import shutil
 import subprocess
@@ -30,7 +31,7 @@ from tests.dispatches import pr_dispatch
 from tests.factories import PASSWORD, make_backend, make_config, make_token, make_user
 from tests.runs.conftest import Http
 from tests.waiting import wait_for
-from tests.workers import environment, flushed_redis_db, free_port, results_once, start_worker, stop
+from tests.workers import environment, free_port, own_redis, results_once, start_worker, stop
 
 BUNDLED = Path(settings.BASE_DIR) / "tests" / "upstream"
 REPO = "acme/accel-backend"
@@ -84,7 +85,7 @@ def services(transactional_db, tmp_path, tree, simulator):
     )  # fmt: skip
     make_config(backend, CONFIG)
     port = free_port()
-    with flushed_redis_db(14) as broker:
+    with own_redis() as broker:
         env = environment(
             tmp_path, broker, TORCH_ROOT=str(tree), CRCR_UPSTREAM=f"git:{upstream.path}",
             CRCR_TEST_TIMEOUT="60", CRCR_PUBLIC_URL=f"http://127.0.0.1:{port}",
@@ -115,6 +116,13 @@ def _answers(base_url: str) -> bool:
             return response.status == 200
     except OSError:
         return False
+
+
+def picture(page, name: str) -> None:
+    """With CRCR_SCREENSHOTS=<folder> the README's pictures are made from this run's
+    pages (`CRCR_SCREENSHOTS=docs/screenshots .venv/bin/pytest tests/e2e/test_whole_loop.py`)."""
+    if folder := os.environ.get("CRCR_SCREENSHOTS"):
+        page.screenshot(path=str(Path(folder) / f"{name}.png"))
 
 
 def sign_in(page, base_url: str, username: str) -> None:
@@ -181,13 +189,16 @@ def test_a_merged_pr_is_run_classified_relayed_bundled_and_its_config_reviewed(
 
     # Two reviewers in Chromium: one approves the device-verified proposals and opens
     # a config PR, the other approves and merges it; the merged YAML validates.
-    context = browser.new_context()
+    context = browser.new_context(viewport={"width": 1280, "height": 800})
     page = context.new_page()
     try:
         sign_in(page, base_url, "rita")
+        expect(page.locator("table.hud")).to_contain_text("#4242")
+        picture(page, "hud")
         page.goto(f"{base_url}/runs/{run.uuid}/")
         expect(page.get_by_text("unsupported op")).to_be_visible()
         expect(page.locator("body")).to_contain_text("lgamma")
+        picture(page, "run")
         page.goto(f"{base_url}/runs/{run.uuid}/reproducibility/")
         with page.expect_download() as download_info:
             page.get_by_role("link", name=re.compile("Download")).first.click()
@@ -195,10 +206,12 @@ def test_a_merged_pr_is_run_classified_relayed_bundled_and_its_config_reviewed(
 
         page.goto(f"{base_url}/review/?stage=refine&status=pending")
         expect(page.get_by_text(f"{proposed} proposal")).to_be_visible()
+        picture(page, "review-queue")
         page.get_by_role("button", name=f"Approve all {proposed} matching").click()
         page.get_by_role("button", name=f"Approve {proposed}").click()  # asked first
         page.get_by_role("button", name="Open a config PR for Acme").click()
         expect(page.locator("div.yaml-diff")).to_contain_text("# Why:")
+        picture(page, "config-pr")
         change_url = page.url
         page.get_by_role("button", name="Sign out").click()
 

@@ -10,7 +10,7 @@ from tests.workers import (
     SMALL,
     environment,
     finished,
-    flushed_redis_db,
+    own_redis,
     results_once,
     shard_log,
     start_worker,
@@ -38,7 +38,7 @@ def test_a_run_keeps_its_config_version_when_a_new_one_is_merged_mid_run(
 ):
     backend = make_backend("cfgfault")
     planned_with = make_config(backend, SMALL)
-    with flushed_redis_db(6) as broker:
+    with own_redis() as broker:
         env = environment(tmp_path, broker, CRCR_MAX_SHARD_SECONDS="8")
         worker = start_worker(env, "cfgfault", log=tmp_path / "worker.log")
         try:

@@ -16,7 +16,7 @@ from tests.workers import (
     database_url,
     environment,
     finished,
-    flushed_redis_db,
+    own_redis,
     results_once,
     shard_log,
     start_worker,
@@ -45,7 +45,7 @@ def test_dropped_database_connections_mid_shard_lose_no_result_and_duplicate_non
 ):
     backend = make_backend("pgfault")
     make_config(backend, SMALL)
-    with flushed_redis_db(5) as broker:
+    with own_redis() as broker:
         # Persistent connections, as deployed: the worker must notice a dead one.
         env = environment(tmp_path, broker, CRCR_MAX_SHARD_SECONDS="8", DATABASE_CONN_MAX_AGE="60")
         worker = start_worker(env, "pgfault", log=tmp_path / "worker.log")

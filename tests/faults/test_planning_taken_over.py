@@ -3,21 +3,13 @@ another worker once the claim's heartbeat has gone silent, and the run finishes.
 
 import signal
 
-import pytest
-
 from crcr_site.lib import leases
 from runs import planning
 from runs.models import Run
 from tests.factories import make_backend, make_config
 from tests.runs.test_build_on_worker import BLOCKING_BUILD, WHEELS
 from tests.waiting import wait_for
-from tests.workers import SMALL, Beat, environment, flushed_redis_db, start_worker, stop, trigger
-
-
-@pytest.fixture
-def broker():
-    with flushed_redis_db(4) as url:
-        yield url
+from tests.workers import SMALL, Beat, environment, start_worker, stop, trigger
 
 
 def test_a_planning_whose_worker_was_killed_is_taken_over(transactional_db, broker, tmp_path):

@@ -5,8 +5,6 @@ import signal
 import time
 from collections import Counter
 
-import pytest
-
 from runs.models import Run, Shard
 from tests.factories import make_backend, make_config
 from tests.runs.treeconfig import tree_config
@@ -14,19 +12,11 @@ from tests.waiting import wait_for
 from tests.workers import (
     SMALL,
     environment,
-    flushed_redis_db,
     shard_log,
     start_worker,
     stop,
     trigger,
 )
-
-
-@pytest.fixture
-def broker():
-    # A separate Redis database, so the suite's in-process worker never sees these tasks.
-    with flushed_redis_db(13) as url:
-        yield url
 
 
 def test_a_killed_worker_loses_no_result_and_duplicates_none(transactional_db, broker, tmp_path):

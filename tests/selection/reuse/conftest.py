@@ -139,6 +139,9 @@ class Background:
         self.root = root
         self.pool = ThreadPoolExecutor(max_workers=2)
         self.futures: dict[str, Future[Any]] = {}
+        # Under pytest-xdist: the runs each file's tests read, started together when
+        # one of them is first asked for (only the worker given that file needs them).
+        self.siblings: dict[str, list[str]] = {}
 
     def start(self, names: list[str]) -> None:
         for name in names:
@@ -148,7 +151,7 @@ class Background:
                 self.futures[name] = self.pool.submit(HEAVY_RUNS[name], workdir)
 
     def result(self, name: str) -> Any:
-        self.start([name])
+        self.start([name, *self.siblings.get(name, [])])
         return self.futures[name].result()
 
 
@@ -169,14 +172,26 @@ def background(tmp_path_factory: pytest.TempPathFactory) -> Background:
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Start, in the background, every heavy run a selected test asks for."""
-    wanted = []
+    by_file: dict[str, list[str]] = {}
     for item in session.items:
+        names = by_file.setdefault(item.nodeid.split("::", 1)[0], [])
         for marker in item.iter_markers("heavy_runs"):
-            wanted += [name for name in marker.args if name not in wanted]
-    if wanted:
-        wanted.sort(key=lambda name: -EXPECTED_SECONDS.get(name, 5))
-        factory = session.config._tmp_path_factory  # type: ignore[attr-defined]
-        _get_background(factory).start(wanted)
+            names += [name for name in marker.args if name not in names]
+    wanted = sorted(
+        dict.fromkeys(name for names in by_file.values() for name in names),
+        key=lambda name: -EXPECTED_SECONDS.get(name, 5),
+    )
+    if not wanted:
+        return
+    background = _get_background(session.config._tmp_path_factory)  # type: ignore[attr-defined]
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        # Every xdist worker collects every test, but runs only the files it is given
+        # (`--dist loadfile`): a file's runs start when one of its tests first asks.
+        for names in by_file.values():
+            for name in names:
+                background.siblings[name] = names
+    else:
+        background.start(wanted)
 
 
 def pytest_configure(config: pytest.Config) -> None:
