@@ -30,10 +30,9 @@ from crcr_site.lib import enqueue
 from reproducibility import bundles
 from reproducibility.models import Bundle, Rerun
 from runs import planning
+from runs.combinations import RERUN_SUFFIX
 from runs.models import Artifact, Failure, Run, TestResult, Trigger
 from selection.models import ConfigVersion
-
-RERUN_SUFFIX = " (re-run)"
 
 
 class RerunError(Exception):
@@ -140,6 +139,9 @@ def start(bundle: Bundle, user: Any = None) -> Rerun:
             pytorch_sha=original.pytorch_sha,
             test_suite_sha=original.test_suite_sha,
             config_version_id=original.config_version_id,
+            # The same parts as the original: what moved since the job's last green run
+            # is what had moved for the original (its job has none of its own).
+            changed_since_green=original.changed_since_green,
         )
         run.artifacts.set(original.artifacts.all())
         made = Rerun.objects.create(original=original, run=run, bundle=bundle, requested_by=user)

@@ -1,4 +1,4 @@
-"""Server-rendered SVG charts (no JavaScript): shard durations, pass-rate trends."""
+"""Server-rendered SVG charts (no JavaScript): shard durations, trends of tests passing."""
 
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -66,7 +66,7 @@ class Point:
 
 
 def pass_rate_trend(title: str, points: Sequence[Point], width: int = 320) -> SafeString:
-    """A job's pass rate per run, oldest left, one marked point per run (0 to 100 %)."""
+    """A job's share of tests passing per run, oldest left, one marked point per run (0 to 100 %)."""
     if not points:
         return mark_safe("")
     height, left, right, top, bottom = 110, 36, 10, 20, 14
@@ -81,7 +81,7 @@ def pass_rate_trend(title: str, points: Sequence[Point], width: int = 320) -> Sa
     parts = [
         f'<svg class="chart trend" role="img" viewBox="0 0 {width} {height}" width="{width}" '
         f'height="{height}" xmlns="http://www.w3.org/2000/svg">',
-        f"<title>Pass rate per run of {escape(title)}</title>",
+        f"<title>Tests passing per run of {escape(title)}</title>",
         f'<text x="0" y="12" font-size="12">{escape(title)}</text>',
     ]
     for share in (0, 50, 100):
@@ -98,7 +98,7 @@ def pass_rate_trend(title: str, points: Sequence[Point], width: int = 320) -> Sa
         ring = ' stroke="#000" stroke-width="2"' if point.current else ""
         parts.append(
             f'<circle class="point" cx="{x:.1f}" cy="{y:.1f}" r="{5 if point.current else 3.5}" '
-            f'fill="{fill}"{ring}><title>{escape(point.label)}: {point.rate:.0%} '
-            f"({point.passed} of {point.executed} passed)</title></circle>"
+            f'fill="{fill}"{ring}><title>{escape(point.label)}: {point.rate:.0%} of tests passing '
+            f"({point.passed} of {point.executed})</title></circle>"
         )
     return mark_safe("".join(parts) + "</svg>")

@@ -23,6 +23,9 @@ DIMENSION_NAMES = {
     "test_suite_sha": "test suite",
     "config_version_id": "config",
 }
+# A bundle's re-run is a job of its own ("acme (re-run)"); the HUD shows it as another
+# attempt of its job's cell.
+RERUN_SUFFIX = " (re-run)"
 
 
 class CombinationError(Exception):

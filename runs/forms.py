@@ -27,3 +27,23 @@ class TriggerForm(forms.Form):
             self.add_error("target", f"{target!r} is not a 40-hex commit SHA")
         data["target"] = target
         return data
+
+
+class HudFilterForm(forms.Form):
+    """The HUD's filters and page, read from the query string."""
+
+    job = forms.CharField(
+        label="Job name contains", required=False, max_length=200, strip=True,
+        widget=forms.TextInput(attrs={"placeholder": "e.g. acme", "type": "search"}),
+    )  # fmt: skip
+    failures = forms.BooleanField(label="Failures only", required=False)
+    page = forms.IntegerField(min_value=1, max_value=10_000, required=False)
+
+    def filters(self) -> dict:
+        """The valid filters (an invalid page reads as the first)."""
+        data = self.cleaned_data if self.is_valid() else {}
+        return {
+            "job": data.get("job") or "",
+            "failures_only": bool(data.get("failures")),
+            "page": data.get("page") or 1,
+        }

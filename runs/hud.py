@@ -1,66 +1,18 @@
-"""The HUD: upstream events as rows, jobs as columns, one character a cell; each job's
-pass-rate trend, and the jobs that are red now with what their failure is put down to."""
+"""The HUD's summaries: each job's trend of tests passing, and the jobs that are red now
+with what their failure is put down to. (The grid itself is `runs.hud_grid`.)"""
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
-from statistics import median
+from dataclasses import dataclass
 
-from django.db.models import Count, Q
+from django.db.models import Count, F, Q, QuerySet, Window
+from django.db.models.functions import RowNumber
 from django.utils.safestring import SafeString
 
 from runs import charts
 from runs.models import Failure, Run, TestResult
 
-TREND_RUNS = 20  # runs per job in a pass-rate trend
+TREND_RUNS = 20  # runs per job in a trend of tests passing
 RED_TESTS_SHOWN = 5
-
-# DESIGN §6: O success, X failure, F passed after retry, C cancelled, T timed out,
-# S skipped, ? running.
-CELL: dict[str, str] = {
-    Run.Status.PASSED: "O",
-    Run.Status.FAILED: "X",
-    Run.Status.CANCELLED: "C",
-    Run.Status.ERROR: "C",
-    Run.Status.TIMED_OUT: "T",
-}
-
-
-@dataclass
-class Row:
-    label: str
-    sha: str
-    cells: dict[str, Run] = field(default_factory=dict)
-
-
-@dataclass
-class Column:
-    job: str
-    finished: int = 0
-    passed: int = 0
-    queue: list[float] = field(default_factory=list)
-    execution: list[float] = field(default_factory=list)
-
-    @property
-    def pass_rate(self) -> float | None:
-        return self.passed / self.finished if self.finished else None
-
-    @property
-    def median_queue(self) -> float | None:
-        return median(self.queue) if self.queue else None
-
-    @property
-    def median_execution(self) -> float | None:
-        return median(self.execution) if self.execution else None
-
-
-def cell(run: Run, flaky_runs: set[int], tests: int) -> str:
-    if not run.is_finished:
-        return "?"
-    if run.status == Run.Status.PASSED and run.pk in flaky_runs:
-        return "F"
-    if run.status == Run.Status.FAILED and tests == 0:
-        return "S"
-    return CELL.get(run.status, "X")
 
 
 def row_label(run: Run) -> str:
@@ -70,51 +22,20 @@ def row_label(run: Run) -> str:
     return trigger.get_kind_display()
 
 
-def recent_runs(limit: int = 200) -> list[Run]:
-    """The newest runs, with what the grid, the trends and the red list read of them."""
-    return list(
-        Run.objects.select_related("trigger__dispatch")
-        .order_by("-created_at")
-        .only(
-            "uuid", "job_name", "status", "pytorch_sha", "created_at", "started_at",
-            "finished_at", "changed_since_green", "error", "trigger__kind",
-            "trigger__pytorch_sha", "trigger__dispatch__pr_number",
-        )[:limit]
-    )  # fmt: skip
-
-
-def grid(runs: list[Run]) -> tuple[list[Row], list[Column], dict[int, str]]:
-    """Rows newest first, columns by job name, and each run's character."""
-    flaky = set(
-        Failure.objects.filter(run__in=runs, verdict=Failure.Verdict.FLAKY).values_list(
-            "run_id", flat=True
-        )
+def newest_finished(job: str = "", per_job: int = TREND_RUNS) -> QuerySet[Run]:
+    """Each job's newest `per_job` finished runs (job names containing `job`), newest first:
+    one query whatever the number of jobs and runs."""
+    runs = Run.objects.filter(status__in=Run.FINISHED)
+    if job:
+        runs = runs.filter(job_name__icontains=job)
+    newest = [F("created_at").desc(), F("pk").desc()]
+    return (
+        runs.annotate(rank=Window(RowNumber(), partition_by=F("job_name"), order_by=newest))
+        .filter(rank__lte=per_job)
+        .select_related("trigger__dispatch")
+        .defer("trigger__dispatch__payload", "trigger__dispatch__raw_body")
+        .order_by("-created_at", "-pk")
     )
-    totals = dict(
-        Run.objects.filter(pk__in=[r.pk for r in runs])
-        .annotate(total=Count("results"))
-        .values_list("pk", "total")
-    )
-    rows: dict[tuple[str, str], Row] = {}
-    columns: dict[str, Column] = {}
-    chars: dict[int, str] = {}
-    for run in runs:
-        key = (row_label(run), run.pytorch_sha)
-        rows.setdefault(key, Row(*key)).cells.setdefault(run.job_name, run)
-        column = columns.setdefault(run.job_name, Column(run.job_name))
-        chars[run.pk] = cell(run, flaky, totals.get(run.pk, 0))
-        _measure(column, run)
-    return list(rows.values()), sorted(columns.values(), key=lambda c: c.job), chars
-
-
-def _measure(column: Column, run: Run) -> None:
-    if run.started_at:
-        column.queue.append((run.started_at - run.created_at).total_seconds())
-    if run.is_finished:
-        column.finished += 1
-        column.passed += run.status == Run.Status.PASSED
-        if run.started_at and run.finished_at:
-            column.execution.append((run.finished_at - run.started_at).total_seconds())
 
 
 def pass_counts(run_ids: Iterable[int]) -> dict[int, tuple[int, int]]:
@@ -134,7 +55,8 @@ def pass_counts(run_ids: Iterable[int]) -> dict[int, tuple[int, int]]:
 
 
 def trends(runs: Iterable[Run], current: Run | None = None) -> dict[str, SafeString]:
-    """Per job, an SVG of the pass rate of its newest finished runs (`runs` newest first)."""
+    """Per job, an SVG of the share of tests passing in its newest finished runs (`runs`
+    newest first)."""
     per_job: dict[str, list[Run]] = {}
     for run in runs:
         chosen = per_job.setdefault(run.job_name, [])
@@ -156,7 +78,7 @@ def trends(runs: Iterable[Run], current: Run | None = None) -> dict[str, SafeStr
 
 
 def job_trend(run: Run) -> SafeString:
-    """The pass-rate trend of this run's job, with this run marked when it is among them."""
+    """The trend of tests passing in this run's job, with this run marked when it is among them."""
     runs = (
         Run.objects.filter(job_name=run.job_name, status__in=Run.FINISHED)
         .select_related("trigger__dispatch")
@@ -174,20 +96,22 @@ class Red:
     count: int
 
 
-def red_now(runs: Iterable[Run]) -> list[Red]:
-    """Jobs whose newest finished run failed (`runs` newest first), by job name."""
-    latest: dict[str, Run] = {}
-    for run in runs:
-        if run.is_finished:
-            latest.setdefault(run.job_name, run)
-    red = []
-    for job in sorted(latest):
-        run = latest[job]
-        if not run.attribution():
-            continue
-        regressions = run.failures.filter(verdict=Failure.Verdict.REGRESSION)
-        shown = list(
-            regressions.select_related("result").order_by("result__node_id")[:RED_TESTS_SHOWN]
-        )
-        red.append(Red(run, shown, regressions.count()))
-    return red
+def red_now(job: str = "") -> list[Red]:
+    """Jobs whose newest finished run is red, by job name, with their first regressions
+    (three queries whatever the number of red jobs, one when none is red)."""
+    red_runs = sorted(
+        (run for run in newest_finished(job, per_job=1) if run.attribution()),
+        key=lambda run: run.job_name,
+    )
+    if not red_runs:
+        return []
+    regressions = Failure.objects.filter(run__in=red_runs, verdict=Failure.Verdict.REGRESSION)
+    counts = dict(regressions.values("run_id").annotate(n=Count("pk")).values_list("run_id", "n"))
+    by_name = [F("result__node_id").asc(), F("pk").asc()]
+    shown: dict[int, list[Failure]] = {}
+    first = regressions.annotate(
+        rank=Window(RowNumber(), partition_by=F("run_id"), order_by=by_name)
+    ).filter(rank__lte=RED_TESTS_SHOWN)
+    for failure in first.select_related("result").order_by("run_id", "result__node_id"):
+        shown.setdefault(failure.run_id, []).append(failure)
+    return [Red(run, shown.get(run.pk, []), counts.get(run.pk, 0)) for run in red_runs]

@@ -8,30 +8,40 @@ from django_htmx.http import HttpResponseStopPolling
 
 from crcr_site.lib.access import reviewer_required
 from crcr_site.lib.htmx import HtmxHttpRequest
-from runs import charts, gate, triggers
-from runs import hud as hud_grid
-from runs.forms import TriggerForm
+from runs import charts, gate, hud_grid, triggers
+from runs import hud as summaries
+from runs.forms import HudFilterForm, TriggerForm
 from runs.models import Dispatch, Run
 from runs.upstream import UpstreamError
 
 
 @login_required
 def hud(request: HttpRequest) -> HttpResponse:
-    runs = hud_grid.recent_runs()
-    rows, columns, chars = hud_grid.grid(runs)
-    table = [
-        (row, [(row.cells.get(c.job), chars.get(getattr(row.cells.get(c.job), "pk", 0), ""))
-               for c in columns])
-        for row in rows
-    ]  # fmt: skip
+    """Upstream commits × jobs, a page of commits at a time, under the GET filters."""
+    form = HudFilterForm(request.GET)
+    filters = form.filters()
+    grid = hud_grid.build(**filters)
     context = {
-        "table": table,
-        "columns": columns,
-        "trends": hud_grid.trends(runs),
-        "red": hud_grid.red_now(runs),
+        "form": form,
+        "grid": grid,
+        "legend": hud_grid.LEGEND,
+        "filtered": bool(filters["job"] or filters["failures_only"]),
+        "previous_page": _page_link(request, grid.page - 1) if grid.page > 1 else "",
+        "next_page": _page_link(request, grid.page + 1) if grid.has_next else "",
+        "trends": summaries.trends(summaries.newest_finished(filters["job"])),
+        "red": summaries.red_now(filters["job"]),
         "nav": "hud",
     }
+    if not grid.commits and grid.page == 1 and not context["filtered"]:
+        context["no_runs"] = not Run.objects.exists()
     return render(request, "runs/hud.html", context)
+
+
+def _page_link(request: HttpRequest, page: int) -> str:
+    """The query string of another page, keeping the filters."""
+    query = request.GET.copy()
+    query["page"] = str(page)
+    return f"?{query.urlencode()}"
 
 
 @login_required
@@ -62,7 +72,7 @@ def run_detail(request: HtmxHttpRequest, uuid: str) -> HttpResponse:
         response = render(request, "runs/run_detail.html#progress", context)
         # Once the run has ended the page stops polling (htmx's 286).
         return HttpResponseStopPolling(response.content) if run.is_finished else response
-    context["trend"] = hud_grid.job_trend(run)
+    context["trend"] = summaries.job_trend(run)
     return render(request, "runs/run_detail.html", context)
 
 

@@ -299,14 +299,6 @@ def unified_diff(old: str, new: str, old_name: str, new_name: str) -> list[str]:
     ]
 
 
-def change_diff(change: ConfigChange) -> str:
-    return "".join(
-        unified_diff(
-            change.base.yaml_text, change.proposed_text, f"a/{FILE_NAME}", f"b/{FILE_NAME}"
-        )
-    )
-
-
 def patch(version: ConfigVersion) -> str:
     """The version as a git-format patch against its parent's file (`git am` / `git apply`)."""
     parent_text = version.parent.yaml_text if version.parent else ""

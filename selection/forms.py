@@ -2,13 +2,17 @@ import json
 import re
 
 from django import forms
-from django.db.models import Q, QuerySet
+from django.db.models import Exists, OuterRef, Q, QuerySet
 
-from selection.models import Proposal
+from selection.models import OpUsage, Proposal, UpstreamTest
 
 
 class ReviewForm(forms.Form):
     decision = forms.ChoiceField(choices=[("approve", "approve"), ("reject", "reject")])
+    # Where a decision made without htmx returns: the queue, or the proposal's own page.
+    back = forms.ChoiceField(
+        required=False, choices=[("", "queue"), ("proposal", "proposal")], widget=forms.HiddenInput
+    )
 
 
 def _any(choices: list[tuple[str, str]]) -> list[tuple[str, str]]:
@@ -37,6 +41,19 @@ class QueueFilterForm(forms.Form):
     status = forms.ChoiceField(required=False, choices=_any(Proposal.Status.choices))
     sort = forms.ChoiceField(required=False, choices=[(key, key) for key in SORTS])
 
+    # Filters a reviewer rarely sets: folded under "More filters" on the queue.
+    MORE = ("backend", "file", "klass", "dtype", "stage")
+
+    def main_fields(self) -> list[forms.BoundField]:
+        return [self[name] for name in self.fields if name not in self.MORE]
+
+    def more_fields(self) -> list[forms.BoundField]:
+        return [self[name] for name in self.MORE]
+
+    def more_set(self) -> int:
+        """How many of the folded filters the request sets (the fold opens when any is)."""
+        return sum(1 for name in self.MORE if self.data.get(name))
+
     def clean_op(self) -> str:
         return self.cleaned_data["op"].strip().removeprefix("aten::")
 
@@ -47,12 +64,12 @@ class QueueFilterForm(forms.Form):
         for lookup, name in exact.items():
             if data.get(name):
                 proposals = proposals.filter(**{lookup: data[name]})
-        if data.get("file"):  # exact: the queue's (backend, status, file) index serves it
-            proposals = proposals.filter(file_path=data["file"])
+        if data.get("file"):  # part of a path, as a reviewer pastes it from a log
+            proposals = proposals.filter(file_path__icontains=data["file"])
         if data.get("klass"):
             proposals = proposals.filter(class_name__icontains=data["klass"])
         if data.get("op"):
-            proposals = proposals.filter(_names(data["op"], ("evidence", "edits"), overload=True))
+            proposals = proposals.filter(_uses_op(data["op"]))
         if data.get("dtype"):
             proposals = proposals.filter(_names(data["dtype"], ("evidence", "edits")))
         if data.get("q"):
@@ -61,6 +78,21 @@ class QueueFilterForm(forms.Form):
                 words |= Q(**{f"{field}__icontains": data["q"]})
             proposals = proposals.filter(words)
         return proposals.order_by(*self.SORTS[data.get("sort") or "test"])
+
+
+def _uses_op(name: str) -> Q:
+    """Proposals whose test uses the operator `name` (a packet, `add`, or an overload,
+    `add.Tensor`): as the operator index recorded it (any overload), as an OpInfo the
+    inventory found it spans, or as the evidence and edits name it (unsupported ops)."""
+    test = {"class_name": OuterRef("class_name"), "test_name": OuterRef("test_name")}
+    # Per row, served by the index opusage_by_test (file, class, test).
+    called = OpUsage.objects.filter(
+        Q(op=name) | Q(op__startswith=f"{name}."), file_path=OuterRef("file_path"), **test
+    )
+    spanned = UpstreamTest.objects.filter(
+        _names(name, ("ops",)), file__path=OuterRef("file_path"), **test
+    )
+    return _names(name, ("evidence", "edits"), overload=True) | Exists(called) | Exists(spanned)
 
 
 def _names(name: str, fields: tuple[str, ...], overload: bool = False) -> Q:
@@ -112,3 +144,12 @@ class ConfigCommentForm(forms.Form):
 
 class OpenChangeForm(forms.Form):
     backend = forms.SlugField(max_length=50)
+
+
+class ConfigViewForm(forms.Form):
+    """The config page's GET parameters: which version (`?v=N`) and how a diff is laid out."""
+
+    v = forms.IntegerField(required=False, min_value=1, label="Version")
+    view = forms.ChoiceField(
+        required=False, choices=[("unified", "unified"), ("split", "split")], label="Diff view"
+    )

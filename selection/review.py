@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.db import transaction
-from django.db.models import QuerySet
+from django.db.models import OuterRef, QuerySet, Subquery
 from django.utils import timezone
 
 from selection.models import Proposal, ProposalEvent
@@ -23,6 +23,18 @@ class ReviewError(Exception):
 def reviewable(proposals: QuerySet[Proposal]) -> QuerySet[Proposal]:
     """The proposals a reviewer may still change: not merged, not in a config PR."""
     return proposals.exclude(status=Proposal.Status.MERGED).filter(config_change__isnull=True)
+
+
+def with_last_edit(proposals: QuerySet[Proposal]) -> QuerySet[Proposal]:
+    """The proposals with who last edited each by hand and when (`edited_by`, `edited_at`;
+    None for the pipeline's own proposal): one subquery per row, on the events' proposal key."""
+    edits = ProposalEvent.objects.filter(
+        proposal=OuterRef("pk"), action=ProposalEvent.Action.EDITED
+    ).order_by("-at", "-pk")
+    return proposals.annotate(
+        edited_at=Subquery(edits.values("at")[:1]),
+        edited_by=Subquery(edits.values("actor__username")[:1]),
+    )
 
 
 def _refusal(proposal: Proposal) -> ReviewError:

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from selection.views import configprs, pipeline, review
+from selection.views import configpage, configprs, pipeline, review
 
 app_name = "selection"
 urlpatterns = [
@@ -35,6 +35,17 @@ urlpatterns = [
         "config-versions/<uuid:uuid>/crcr-config.patch",
         configprs.configversion_patch,
         name="configversion_patch",
+    ),
+    path("configs/<slug:slug>/", configpage.backendconfig_detail, name="backendconfig_detail"),
+    path(
+        "configs/<slug:slug>/v<int:number>/",
+        configpage.configversion_detail,
+        name="configversion_detail",
+    ),
+    path(
+        "configs/<slug:slug>/v<int:number>/blame/",
+        configpage.configversion_blame,
+        name="configversion_blame",
     ),
     path("operators/", pipeline.operator_list, name="operator_list"),
     path("operators/enable/", pipeline.operator_enable, name="operator_enable"),

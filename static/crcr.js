@@ -35,3 +35,104 @@
     notice("crcr could not be reached: nothing was changed. Check your connection and try again.");
   });
 })();
+
+/* Review queue: keyboard shortcuts, and focus kept on a row across htmx swaps. */
+// j/k next/previous proposal, a approve, r reject, e edit, ? the list of keys (Esc closes it).
+// Keys are ignored while typing in a field. After an inline action the row keeps the focus
+// (its edit form's first field while editing); after a decision it moves to the next
+// pending row, so a reviewer never has to find their place again.
+(function () {
+  var lastRow = null, pending = null;
+  function rows() { return Array.prototype.slice.call(document.querySelectorAll("tr.proposal")); }
+  function typing(el) {
+    return el && (el.isContentEditable || /^(INPUT|TEXTAREA|SELECT)$/.test(el.tagName));
+  }
+  function current() {
+    var active = document.activeElement;
+    var row = active && active.closest ? active.closest("tr.proposal") : null;
+    return row || (lastRow && document.contains(lastRow) ? lastRow : null);
+  }
+  function focusRow(row) {
+    if (!row) return;
+    lastRow = row;
+    row.focus({ preventScroll: true });
+    // Into view vertically only: a sideways scroll would hide the row's first column.
+    var box = row.getBoundingClientRect(), view = window.innerHeight;
+    if (box.top < 0 || box.height > view) window.scrollBy(0, box.top - 8);
+    else if (box.bottom > view) window.scrollBy(0, box.bottom - view + 8);
+  }
+  function move(step) {
+    var all = rows(), index = all.indexOf(current());
+    if (!all.length) return;
+    if (index < 0) index = step > 0 ? -1 : all.length;
+    focusRow(all[Math.min(Math.max(index + step, 0), all.length - 1)]);
+  }
+  function act(selector) {
+    var row = current(), control = row && row.querySelector(selector);
+    if (control) { lastRow = row; control.click(); }
+  }
+  function toggle(show) {
+    var box = document.getElementById("shortcuts"), button = document.querySelector(".shortcuts-toggle");
+    if (!box) return;
+    box.hidden = show === undefined ? !box.hidden : !show;
+    if (button) button.setAttribute("aria-expanded", String(!box.hidden));
+  }
+  var keys = {
+    j: function () { move(1); },
+    k: function () { move(-1); },
+    a: function () { act('button[value="approve"]'); },
+    r: function () { act('button[value="reject"]'); },
+    e: function () { act("a[data-edit]"); },
+    "?": function () { toggle(); }
+  };
+  document.addEventListener("click", function (event) {
+    if (event.target.closest && event.target.closest(".shortcuts-toggle")) toggle();
+  });
+  document.addEventListener("keydown", function (event) {
+    if (!document.getElementById("shortcuts")) return; // only the review queue has shortcuts
+    if (event.ctrlKey || event.metaKey || event.altKey || typing(event.target)) return;
+    if (event.key === "Escape") { toggle(false); return; }
+    if (!keys[event.key]) return;
+    event.preventDefault();
+    keys[event.key]();
+  });
+  document.addEventListener("htmx:beforeRequest", function (event) {
+    var elt = event.detail.elt, row = elt.closest ? elt.closest("tr.proposal") : null;
+    pending = row ? { id: row.id, decided: elt.hasAttribute("data-decide") } : null;
+  });
+  document.addEventListener("htmx:afterSettle", function () {
+    var was = pending, row = was && document.getElementById(was.id);
+    pending = null;
+    if (!row) return;
+    var field = row.classList.contains("editing") && row.querySelector("select, textarea, input:not([type=hidden])");
+    if (field) { field.focus(); lastRow = row; return; }
+    if (was.decided && row.getAttribute("data-status") !== "pending") {
+      var all = rows();
+      for (var i = all.indexOf(row) + 1; i < all.length; i++) {
+        if (all[i].getAttribute("data-status") === "pending") { focusRow(all[i]); return; }
+      }
+    }
+    focusRow(row);
+  });
+})();
+/* HUD grid: j/k move the focus between commits (rows), Enter on a focused row opens its
+   first red cell, else its first cell. Ignored while typing in a field. */
+(function () {
+  document.addEventListener("keydown", function (event) {
+    var table = document.querySelector("table.hud");
+    if (!table || event.ctrlKey || event.metaKey || event.altKey) return;
+    if (event.target.closest && event.target.closest("input, textarea, select, [contenteditable]")) return;
+    var rows = Array.prototype.slice.call(table.querySelectorAll("tbody tr.hud-row"));
+    var active = document.activeElement && document.activeElement.closest ? document.activeElement.closest("tr.hud-row") : null;
+    var current = rows.indexOf(active);
+    if ((event.key === "j" || event.key === "k") && rows.length) {
+      var next = current < 0 ? 0 : Math.max(0, Math.min(rows.length - 1, current + (event.key === "j" ? 1 : -1)));
+      rows[next].focus();
+      rows[next].scrollIntoView({ block: "nearest" });
+      event.preventDefault();
+    } else if (event.key === "Enter" && active && document.activeElement === active) {
+      var link = active.querySelector("td.tone-red a") || active.querySelector("td.cell a");
+      if (link) { event.preventDefault(); window.location.assign(link.href); }
+    }
+  });
+})();

@@ -110,7 +110,7 @@ class Run(Leased):
             return ""
         changed = set(self.changed_since_green)
         if "no green run yet" in changed:
-            return "no green run yet: nothing to compare with"
+            return "no earlier green run to compare with"
         if not changed:
             return "nothing changed since the last green run: flaky or infrastructure"
         names = []

@@ -4,17 +4,15 @@ and a merged version's YAML and patch downloads. The rules live in `configprs`."
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.db.models import Max
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.shortcuts import get_object_or_404, redirect, render
-from django.utils.safestring import SafeString, mark_safe
+from django.urls import reverse
 from django.views.decorators.http import require_POST
-from pygments import highlight
-from pygments.formatters import HtmlFormatter
-from pygments.lexers import DiffLexer
 
 from crcr_site.lib.access import reviewer_required
 from runs.models import Backend
-from selection import configprs
+from selection import configdiff, configprs
 from selection.forms import (
     ConfigApprovalForm,
     ConfigCommentForm,
@@ -22,12 +20,19 @@ from selection.forms import (
     OpenChangeForm,
 )
 from selection.models import ConfigChange, ConfigVersion
+from selection.views.configpage import diff_view
 
 
 @login_required
 def configchange_list(request: HttpRequest) -> HttpResponse:
     changes = ConfigChange.objects.select_related("backend", "base", "author", "merged_version")
-    context = {"changes": changes[:100], "ready": configprs.ready(), "nav": "config"}
+    backends = Backend.objects.annotate(latest=Max("config_versions__number")).order_by("slug")
+    context = {
+        "changes": changes[:100],
+        "ready": configprs.ready(),
+        "backends": backends,
+        "nav": "config",
+    }
     return render(request, "selection/configchange_list.html", context)
 
 
@@ -48,23 +53,20 @@ def configchange_create(request: HttpRequest) -> HttpResponse:
     return redirect("selection:configchange_detail", uuid=change.uuid)
 
 
-def highlighted(diff: str) -> SafeString:
-    """The diff as HTML; Pygments escapes every character of the input."""
-    html = highlight(diff, DiffLexer(), HtmlFormatter(noclasses=True))
-    return mark_safe(html)  # noqa: S308 - Pygments' output, escaped above
-
-
 @login_required
 def configchange_detail(request: HttpRequest, uuid: str) -> HttpResponse:
     change = get_object_or_404(
         ConfigChange.objects.select_related("backend", "base", "author", "merged_version"),
         uuid=uuid,
     )
-    diff = configprs.change_diff(change)
     context = {
         "change": change,
         "revision": change.revision,  # the forms carry it: an action names the diff shown
-        "diff": highlighted(diff) if diff else "",
+        "hunks": configdiff.hunks(change.base.yaml_text, change.proposed_text),
+        "view": diff_view(request),
+        "diff_url": reverse("selection:configchange_detail", args=[change.uuid]),
+        "old_name": f"v{change.base.number}",
+        "new_name": "this PR",
         "proposals": change.proposals.select_related("reviewer"),
         "conflicts": configprs.conflicts(change),
         "approvals": change.approvals.select_related("reviewer"),

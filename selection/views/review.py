@@ -16,7 +16,7 @@ from django.views.decorators.http import require_POST
 from crcr_site.lib.access import reviewer_required
 from crcr_site.lib.htmx import HtmxHttpRequest
 from crcr_site.lib.paging import page_of
-from selection import configprs, review
+from selection import configprs, evidence, review
 from selection.forms import ProposalEditForm, QueueFilterForm, ReviewForm
 from selection.models import Proposal, ProposalEvent
 
@@ -31,7 +31,9 @@ def proposal_list(request: HtmxHttpRequest) -> HttpResponse:
     proposals = form.filter(rows) if valid else rows.none()
     context = {
         "form": form,
-        "page": page_of(proposals, request.GET.get("page"), PAGE_SIZE, load=rows),
+        "page": page_of(
+            proposals, request.GET.get("page"), PAGE_SIZE, load=review.with_last_edit(rows)
+        ),
         "filters": _filters(request.GET),
         "ready": configprs.ready(),
         "nav": "review",
@@ -47,14 +49,32 @@ def _filters(data: QueryDict) -> str:
     return query.urlencode()
 
 
+def _row(request: HtmxHttpRequest, proposal: Proposal) -> HttpResponse:
+    """The queue's row of a proposal, read again with who last edited it."""
+    rows = review.with_last_edit(Proposal.objects.select_related("reviewer", "config_change"))
+    context = {"proposal": rows.get(pk=proposal.pk)}
+    return render(request, "selection/proposal_list.html#row", context)
+
+
 @login_required
-def proposal_detail(request: HtmxHttpRequest, uuid: str) -> HttpResponse:
-    proposal = get_object_or_404(Proposal.objects.select_related("backend"), uuid=uuid)
+def proposal_detail(
+    request: HtmxHttpRequest, uuid: str, error: str = "", status: int = 200
+) -> HttpResponse:
+    """The proposal's page: its decision, the actions a reviewer may take, its evidence in
+    sections, and its history; `error` is a refused action's reason, shown by its buttons."""
+    rows = review.with_last_edit(Proposal.objects.select_related("backend", "reviewer"))
+    proposal = get_object_or_404(rows, uuid=uuid)
     if request.htmx:  # "cancel" of an inline edit: the row again
-        return render(request, "selection/proposal_list.html#row", {"proposal": proposal})
-    events = proposal.events.select_related("actor")
-    context = {"proposal": proposal, "events": events, "nav": "review"}
-    return render(request, "selection/proposal_detail.html", context)
+        return _row(request, proposal)
+    context = {
+        "proposal": proposal,
+        "events": proposal.events.select_related("actor"),
+        "sections": evidence.sections(proposal),
+        "reviewable": proposal.status != Proposal.Status.MERGED and not proposal.config_change_id,
+        "error": error,
+        "nav": "review",
+    }
+    return render(request, "selection/proposal_detail.html", context, status=status)
 
 
 @require_POST
@@ -64,12 +84,18 @@ def proposal_review(request: HtmxHttpRequest, uuid: str) -> HttpResponse:
     form = ReviewForm(request.POST)
     if not form.is_valid():
         return HttpResponseBadRequest(form.errors.as_text())
+    approve, back = form.cleaned_data["decision"] == "approve", form.cleaned_data["back"]
     try:
-        review.decide(proposal, request.user, approve=form.cleaned_data["decision"] == "approve")
+        review.decide(proposal, request.user, approve=approve)
     except review.ReviewError as error:
+        if back == "proposal" and not request.htmx:  # the page again, the reason by the buttons
+            return proposal_detail(request, uuid, error=str(error), status=409)
         return HttpResponse(str(error), status=409, content_type="text/plain")
     if request.htmx:
-        return render(request, "selection/proposal_list.html#row", {"proposal": proposal})
+        return _row(request, proposal)
+    if back == "proposal":
+        messages.success(request, "Approved." if approve else "Rejected.")
+        return redirect("selection:proposal_detail", uuid=proposal.uuid)
     return redirect("selection:proposal_list")
 
 
@@ -88,7 +114,7 @@ def proposal_edit(request: HtmxHttpRequest, uuid: str) -> HttpResponse:
         form.add_error(None, str(error))
         return _edit_form(request, proposal, form, status=409)
     if request.htmx:
-        return render(request, "selection/proposal_list.html#row", {"proposal": proposal})
+        return _row(request, proposal)
     return redirect("selection:proposal_detail", uuid=proposal.uuid)
 
 

@@ -131,6 +131,8 @@ def build() -> list[Page]:
             reverse("selection:configchange_approve", args=[change.uuid]),
         ),
         Page("operators", reverse("selection:operator_list"), reverse("selection:operator_enable")),
+        Page("backend config", reverse("selection:backendconfig_detail", args=[backend.slug])),
+        Page("config blame", reverse("selection:configversion_blame", args=[backend.slug, 1])),
         Page("selection run", reverse("selection:selectionrun_detail", args=[selection.uuid])),
         Page(
             "reproducibility record",
@@ -145,7 +147,7 @@ def build() -> list[Page]:
 PAGE_NAMES = [
     "hud", "run list", "run detail", "dispatch list", "dispatch detail", "review queue",
     "proposal detail", "config PR list", "config PR detail", "operators", "selection run",
-    "reproducibility record", "rerun", "bisection",
+    "reproducibility record", "rerun", "bisection", "backend config", "config blame",
 ]  # fmt: skip
 
 

@@ -53,10 +53,14 @@ def bundle_done(run: Run) -> Bundle | None:
 
 
 def test_a_ready_bundle_becomes_a_queued_run_of_the_same_parts(bundle):
+    Run.objects.filter(pk=bundle.run.pk).update(changed_since_green=["no green run yet"])
+    bundle.run.refresh_from_db()
     made = rerun.start(bundle, user=make_user("rita", role="reviewer"))
     original, new = bundle.run, made.run
     assert made.original == original and made.bundle == bundle
     assert new.status == Run.Status.QUEUED and new.job_name == "acme (re-run)"
+    # Its attribution is the original's: a job that never was green says so once red.
+    assert new.changed_since_green == ["no green run yet"]
     assert not new.is_primary  # a re-run is not the job's HUD row
 
     assert rerun.prepare(made.pk) == new  # the worker's part: the bundle checks out

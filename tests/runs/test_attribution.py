@@ -20,7 +20,7 @@ from tests.factories import make_user
             ["backend", "PyTorch", "test suite", "config"],
             "PyTorch, the backend and the config changed since the last green run",
         ),
-        (["no green run yet"], "no green run yet: nothing to compare with"),
+        (["no green run yet"], "no earlier green run to compare with"),
         ([], "nothing changed since the last green run: flaky or infrastructure"),
     ],
 )

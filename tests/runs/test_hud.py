@@ -1,58 +1,318 @@
-"""The HUD grid: rows of upstream events, a column per job, one character a cell."""
+"""The HUD grid: upstream commits as rows, jobs as columns by backend, a coloured letter a cell."""
+
+import re
+from datetime import timedelta
 
 import pytest
+from django.contrib.auth.models import User
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from runs import attempts, hud_grid
 from runs.models import Dispatch, Failure, Run, Shard, TestResult, Trigger
 from tests.factories import make_backend, make_config, make_user
 
 pytestmark = pytest.mark.django_db
 
+START = timezone.now() - timedelta(days=2)
+CELL = re.compile(
+    r'<td class="cell cell-(.) tone-(\w+)( retried)?"><a href="([^"]+)" title="([^"]*)">(.)</a>'
+)
 
-def make_run(backend, sha, job, status, pr=None, flaky=False, tests=1) -> Run:
-    dispatch = None
-    if pr:
-        dispatch = Dispatch.objects.create(
-            backend=backend, delivery_id=f"d-{sha}-{job}", event_type="pull_request",
-            raw_body="{}", payload={}, pr_number=pr,
-        )  # fmt: skip
-    trigger = Trigger.objects.create(
-        backend=backend, kind="dispatch" if pr else "nightly", pytorch_sha=sha, dispatch=dispatch
-    )
-    now = timezone.now()
-    run = Run.objects.create(
-        trigger=trigger, backend=backend, job_name=job, backend_version="1", pytorch_sha=sha,
-        test_suite_sha=sha, config_version=backend.config_versions.first(), status=status,
-        started_at=now, finished_at=now if status != "running" else None,
+
+def sha(number: int) -> str:
+    return f"{number:04x}" + "e" * 36
+
+
+def pull_request(backend, number: int, at: int, **facts) -> Dispatch:
+    """A merged PR's dispatch, its payload as GitHub sends it (less what crcr does not read)."""
+    payload = {
+        "action": "closed",
+        "pull_request": {
+            "number": number, "title": facts.get("title", f"Fix lgamma {number}"),
+            "user": {"login": facts.get("author", "alice")},
+            "merged_at": "2026-11-30T10:15:00Z", "labels": [],
+            "head": {"ref": "fix", "sha": sha(at)}, "base": {"ref": "main", "sha": sha(at)},
+        },
+        "repository": {"full_name": facts.get("repository", "pytorch/pytorch")},
+    }  # fmt: skip
+    return Dispatch.objects.create(
+        backend=backend, delivery_id=f"d-{number}-{backend.slug}", event_type="pull_request",
+        raw_body="{}", payload=payload, action="closed", pr_number=number,
     )  # fmt: skip
-    shard = Shard.objects.create(run=run, index=0)
-    for number in range(tests):
-        result = TestResult.objects.create(
-            shard=shard, run=run, node_id=f"t.py::T::test_{number}", file_path="t.py",
-            test_name="test", outcome="failed" if flaky else "passed",
+
+
+def plant(backend, at: int, job=None, status="passed", outcomes=("passed",), trigger=None, **run):
+    """A run of `job` (the backend's own by default) at commit `at`, `at` minutes in."""
+    if trigger is None:
+        trigger = Trigger.objects.create(backend=backend, kind="nightly", pytorch_sha=sha(at))
+    when = START + timedelta(minutes=at, seconds=run.pop("later", 0))
+    made = Run.objects.create(
+        trigger=trigger, backend=backend, job_name=job or backend.slug, backend_version="1",
+        pytorch_sha=trigger.pytorch_sha, test_suite_sha=trigger.pytorch_sha,
+        config_version=backend.config_versions.first(), status=status, created_at=when,
+        started_at=when + timedelta(seconds=30),
+        finished_at=when + timedelta(seconds=90) if status not in ("running", "queued") else None,
+        **run,
+    )  # fmt: skip
+    shard = Shard.objects.create(run=made, index=0)
+    for number, outcome in enumerate(outcomes):
+        TestResult.objects.create(
+            shard=shard, run=made, node_id=f"t.py::T::test_{number}", file_path="t.py",
+            test_name=f"test_{number}", outcome=outcome,
         )  # fmt: skip
-        if flaky:
-            Failure.objects.create(result=result, run=run, category="other", verdict="flaky")
-    return run
+    return made
 
 
-def test_the_hud_shows_one_character_per_job_and_event(client):
+def acme():
     backend = make_backend("acme")
     make_config(backend)
-    make_run(backend, "a" * 40, "acme", "passed", pr=11)
-    make_run(backend, "a" * 40, "acme (backend 1.0)", "failed", pr=11)
-    make_run(backend, "b" * 40, "acme", "passed", flaky=True)
-    make_run(backend, "c" * 40, "acme", "running", pr=12)
-    make_run(backend, "d" * 40, "acme", "timed_out", pr=13)
-    client.force_login(make_user("vera"))
-    page = client.get("/").content.decode()
-    for char in ("O", "X", "F", "?", "T"):
-        assert f'class="cell cell-{char}"' in page
-    assert "#11" in page and ">nightly<" in page
-    assert page.index("acme (backend 1.0)") > page.index("<th>acme</th>")
-    assert "pass rate" in page and "67%" in page and "0%" in page
+    return backend
+
+
+def cells(html: str) -> list[dict]:
+    return [
+        {"letter": m[0], "tone": m[1], "retried": bool(m[2]), "href": m[3], "title": m[4]}
+        for m in CELL.findall(html)
+    ]
+
+
+def hud(client, query: str = "") -> str:
+    client.force_login(User.objects.filter(username="vera").first() or make_user("vera"))
+    response = client.get(f"/{query}")
+    assert response.status_code == 200
+    return response.content.decode()
+
+
+def test_rows_are_commits_newest_first_with_their_pr_author_time_and_github_links(client):
+    backend = acme()
+    plant(backend, 1)  # a nightly: no PR, no author
+    dispatched = Trigger.objects.create(
+        backend=backend, kind="dispatch", pytorch_sha=sha(2), dispatch=pull_request(backend, 11, 2)
+    )
+    plant(backend, 2, trigger=dispatched, status="failed", outcomes=("passed", "failed"))
+    html = hud(client)
+    newer, older = html.index(sha(2)[:7]), html.index(sha(1)[:7])
+    assert newer < older
+    assert f'href="https://github.com/pytorch/pytorch/commit/{sha(2)}"' in html
+    assert f'href="https://github.com/pytorch/pytorch/commit/{sha(1)}"' in html
+    assert 'href="https://github.com/pytorch/pytorch/pull/11"' in html
+    assert "#11 Fix lgamma 11</a>" in html
+    assert '<span class="author">alice</span>' in html
+    assert '<time datetime="2026-11-30T10:15:00+00:00"' in html
+    assert ">nightly<" in html  # what built the other commit
+    assert "None" not in html
+
+
+def test_a_payload_naming_another_repository_links_there(client):
+    backend = acme()
+    dispatch = pull_request(backend, 7, 1, repository="acme-ai/pytorch")
+    trigger = Trigger.objects.create(
+        backend=backend, kind="dispatch", pytorch_sha=sha(1), dispatch=dispatch
+    )
+    plant(backend, 1, trigger=trigger)
+    html = hud(client)
+    assert f'href="https://github.com/acme-ai/pytorch/commit/{sha(1)}"' in html
+    assert 'href="https://github.com/acme-ai/pytorch/pull/7"' in html
+
+
+def test_a_push_row_shows_its_head_commit_and_a_manual_row_who_asked(client):
+    backend = acme()
+    payload = {
+        "ref": "refs/heads/main", "after": sha(1), "repository": {"full_name": "pytorch/pytorch"},
+        "head_commit": {
+            "message": "Land the lgamma kernel\n\nLonger body.", "timestamp": "2026-11-29T08:00:00Z",
+            "author": {"name": "Bob B", "username": "bob"},
+        },
+    }  # fmt: skip
+    push = Dispatch.objects.create(
+        backend=backend, delivery_id="push-1", event_type="push", raw_body="{}", payload=payload
+    )
+    plant(backend, 1, trigger=Trigger.objects.create(
+        backend=backend, kind="dispatch", pytorch_sha=sha(1), dispatch=push
+    ))  # fmt: skip
+    rita = make_user("rita", "reviewer")
+    manual = Trigger.objects.create(
+        backend=backend, kind="manual", pytorch_sha=sha(2), requested_by=rita
+    )
+    plant(backend, 2, trigger=manual)
+    html = hud(client)
+    assert (
+        '<span class="title" title="Land the lgamma kernel">Land the lgamma kernel</span>' in html
+    )
+    assert '<span class="author">bob</span>' in html and "Longer body" not in html
+    assert '<time datetime="2026-11-29T08:00:00+00:00"' in html
+    assert '<span class="author">rita</span>' in html and ">manual<" in html
+    assert "/pull/" not in html
+
+
+def test_cells_are_coloured_by_conclusion_and_keep_their_letters(client):
+    backend = acme()
+    plant(backend, 1, status="passed", outcomes=("passed", "passed", "skipped"))
+    plant(backend, 2, status="failed", outcomes=("passed", "failed"))
+    plant(backend, 3, status="timed_out")
+    plant(backend, 4, status="running")
+    plant(backend, 5, status="cancelled")
+    flaky = plant(backend, 6, status="passed", outcomes=("failed",))
+    Failure.objects.create(result=flaky.results.get(), run=flaky, category="other", verdict="flaky")
+    found = [(c["letter"], c["tone"]) for c in cells(hud(client))]
+    assert found == [
+        ("F", "amber"), ("C", "grey"), ("?", "amber"), ("T", "red"), ("X", "red"), ("O", "green"),
+    ]  # fmt: skip
+    titles = [c["title"] for c in cells(hud(client))]
+    assert titles[-1].startswith("acme: passed · attempt 1 of 1")
+    assert "2 passed, 0 failed, 1 skipped" in titles[-1]
+    assert "1 passed, 1 failed, 0 skipped" in titles[-2]
+
+
+def test_columns_are_jobs_grouped_by_backend_under_a_two_level_header(client):
+    backend, zeta = acme(), make_backend("zeta")
+    make_config(zeta)
+    plant(backend, 1)
+    plant(backend, 1, job="acme (backend 1.9)", later=1)
+    plant(zeta, 1, later=2)
+    html = hud(client)
+    assert re.search(
+        r'<th colspan="2" class="backend" scope="colgroup"><span>acme</span></th>', html
+    )
+    assert re.search(
+        r'<th colspan="1" class="backend" scope="colgroup"><span>zeta</span></th>', html
+    )
+    jobs = re.findall(r'<th class="job" scope="col" title="([^"]+)">([^<]+)</th>', html)
+    assert jobs == [("acme", "latest"), ("acme (backend 1.9)", "backend 1.9"), ("zeta", "latest")]
+    assert html.count('class="hud-row') == 1  # one commit, one row
+
+
+def test_a_rerun_is_another_attempt_of_its_cell_never_a_row_or_column(client):
+    backend = acme()
+    first = plant(
+        backend, 1, status="failed", outcomes=("failed",), changed_since_green=["no green run yet"]
+    )
+    second = attempts.start(first, 2).run  # "re-run failed jobs"
+    Run.objects.filter(pk=second.pk).update(status="passed", created_at=first.created_at)
+    manual = Trigger.objects.create(backend=backend, kind="manual", pytorch_sha=sha(1))
+    bundle = plant(backend, 1, job="acme (re-run)", trigger=manual, later=5)  # a bundle's re-run
+    html = hud(client)
+    assert html.count('class="hud-row') == 1
+    assert re.findall(r'<th class="job"[^>]*>([^<]+)</th>', html) == ["latest"]
+    (cell,) = cells(html)
+    assert cell["href"] == f"/runs/{bundle.uuid}/" and cell["retried"]
+    assert cell["letter"] == "F" and cell["tone"] == "amber"  # passed after a failed attempt
+    assert cell["title"].startswith("acme (re-run): passed · attempt 3 of 3")
+    assert "acme: failed · no earlier green run to compare with · attempt 1" in cell["title"]
+    assert ">manual<" in html
+
+
+def test_a_first_red_run_says_there_is_no_earlier_green_run(client):
+    backend = acme()
+    plant(backend, 1, status="failed", changed_since_green=["no green run yet"])
+    html = hud(client)
+    assert "no earlier green run to compare with" in cells(html)[0]["title"]
+    red = html[html.index("<h2>Red now</h2>") :]
+    assert "no earlier green run to compare with" in red
+    assert "nothing changed since the last green run" not in html
+
+
+def test_the_job_filter_keeps_matching_columns_and_their_commits(client):
+    backend, zeta = acme(), make_backend("zeta")
+    make_config(zeta)
+    plant(backend, 1)
+    plant(zeta, 2)
+    html = hud(client, "?job=ZET")
+    assert re.findall(r'<th class="job" scope="col" title="([^"]+)"', html) == ["zeta"]
+    assert sha(2)[:7] in html and sha(1)[:7] not in html
+    assert 'value="ZET"' in html and "Clear filters" in html
+    assert '<label for="id_job">Job name contains' in html
+    assert '<label class="hud-check" for="id_failures">' in html
+
+
+def test_failures_only_keeps_commits_with_a_red_cell(client):
+    backend = acme()
+    plant(backend, 1, status="failed", outcomes=("failed",))
+    plant(backend, 2, status="passed")
+    plant(backend, 3, status="failed", outcomes=("failed",))
+    plant(backend, 3, status="passed", later=1)  # its newest attempt is green again
+    plant(backend, 4, status="timed_out")
+    html = hud(client, "?failures=on")
+    rows = re.findall(r'data-sha="(\w+)"', html)
+    assert rows == [sha(4), sha(1)]
+    assert re.search(r'<input type="checkbox" name="failures"[^>]* checked', html)
+
+
+def test_commits_come_a_page_at_a_time_keeping_the_filters(client, monkeypatch):
+    monkeypatch.setattr(hud_grid, "PER_PAGE", 2)
+    backend = acme()
+    for at in range(1, 6):
+        plant(backend, at)
+    first = hud(client, "?job=acme")
+    assert re.findall(r'data-sha="(\w+)"', first) == [sha(5), sha(4)]
+    assert 'href="?job=acme&amp;page=2" rel="next"' in first and 'rel="prev"' not in first
+    last = hud(client, "?job=acme&page=3")
+    assert re.findall(r'data-sha="(\w+)"', last) == [sha(1)]
+    assert 'href="?job=acme&amp;page=2" rel="prev"' in last and 'rel="next"' not in last
+    assert "No commits match these filters on page 9" in hud(client, "?job=acme&page=9")
+
+
+def test_a_bad_page_number_is_said_next_to_the_form_and_the_first_page_shown(client):
+    backend = acme()
+    plant(backend, 1)
+    html = hud(client, "?page=zero")
+    assert "Page: Enter a whole number." in html
+    assert sha(1)[:7] in html
+
+
+def test_the_footer_says_what_each_figure_measures(client):
+    backend = acme()
+    plant(backend, 1, status="passed")
+    plant(backend, 2, status="failed", outcomes=("failed",))
+    plant(backend, 3, status="passed")
+    html = hud(client)
+    assert "green runs (this page)" in html and ">2/3<" in html
+    assert "pass rate" not in html
+    assert "<h2>Tests passing per job</h2>" in html
 
 
 def test_an_empty_hud_explains_itself(client):
+    assert "No runs yet." in hud(client)
+
+
+def bulk(backend, jobs: int, commits: int) -> None:
+    """`commits` nightly commits, each with a run of every one of `jobs` jobs, made in bulk;
+    some red, and the first job red at the newest commit (so some job is red now)."""
+
+    def red(n: int, job: int) -> bool:
+        return (n + job) % 7 == 0 or (n, job) == (commits - 1, 0)
+
+    config = backend.config_versions.first()
+    triggers = Trigger.objects.bulk_create(
+        Trigger(backend=backend, kind="nightly", pytorch_sha=sha(n)) for n in range(commits)
+    )
+    Run.objects.bulk_create(
+        Run(
+            trigger=trigger, backend=backend, job_name=f"acme (config {job})", backend_version="1",
+            pytorch_sha=trigger.pytorch_sha, test_suite_sha=trigger.pytorch_sha,
+            config_version=config, status="timed_out" if red(n, job) else "passed",
+            created_at=START + timedelta(minutes=n, seconds=job),
+            changed_since_green=["PyTorch"],
+        )
+        for n, trigger in enumerate(triggers)
+        for job in range(jobs)
+    )  # fmt: skip
+
+
+def queries(client, query: str = "") -> int:
+    with CaptureQueriesContext(connection) as captured:
+        assert client.get(f"/{query}").status_code == 200
+    return len(captured)
+
+
+def test_the_page_costs_the_same_queries_however_many_commits_and_runs_are_stored(client):
+    backend = acme()
     client.force_login(make_user("vera"))
-    assert b"No runs yet." in client.get("/").content
+    bulk(backend, jobs=3, commits=3)
+    few = {query: queries(client, query) for query in ("", "?failures=on&job=config")}
+    bulk(backend, jobs=20, commits=60)  # 1,200 runs more over 20 jobs
+    assert Run.objects.count() > 1_000
+    many = {query: queries(client, query) for query in ("", "?failures=on&job=config")}
+    assert many == few

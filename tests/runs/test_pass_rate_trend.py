@@ -1,4 +1,4 @@
-"""Each job's pass-rate trend: an SVG with one point per finished run, oldest left."""
+"""Each job's trend of tests passing: an SVG with one point per finished run, oldest left."""
 
 import re
 import xml.etree.ElementTree as ET
@@ -69,11 +69,11 @@ def test_the_hud_draws_one_point_per_finished_run_with_its_pass_rate(client):
     client.force_login(make_user("vera"))
     trends = trends_in(client.get("/").content.decode())
     assert trends["acme"] == [
-        f"nightly {short(1)}: 50% (2 of 4 passed)",
-        f"nightly {short(2)}: 100% (3 of 3 passed)",
-        f"nightly {short(3)}: 50% (2 of 4 passed)",
+        f"nightly {short(1)}: 50% of tests passing (2 of 4)",
+        f"nightly {short(2)}: 100% of tests passing (3 of 3)",
+        f"nightly {short(3)}: 50% of tests passing (2 of 4)",
     ]
-    assert trends["acme (backend 0.9)"] == [f"nightly {short(5)}: 100% (4 of 4 passed)"]
+    assert trends["acme (backend 0.9)"] == [f"nightly {short(5)}: 100% of tests passing (4 of 4)"]
 
 
 @pytest.mark.django_db
@@ -87,7 +87,7 @@ def test_the_run_page_shows_its_jobs_trend_with_the_run_ringed(client):
     root = ET.fromstring(re.search(r'<svg class="chart trend".*?</svg>', html, re.S).group())
     ringed = [c for c in root.iter(f"{SVG}circle") if c.get("stroke")]
     assert [c.find(f"{SVG}title").text for c in ringed] == [
-        f"nightly {short(2)}: 50% (1 of 2 passed)"
+        f"nightly {short(2)}: 50% of tests passing (1 of 2)"
     ]
 
 
@@ -106,7 +106,7 @@ def test_points_rise_with_the_pass_rate_and_their_labels_are_escaped():
     xs = [float(c.get("cx")) for c in circles]
     assert heights[1] < heights[0] < heights[2]  # SVG y grows downwards
     assert xs == sorted(xs)
-    assert circles[0].find(f"{SVG}title").text == "<b>first</b>: 25% (1 of 4 passed)"
+    assert circles[0].find(f"{SVG}title").text == "<b>first</b>: 25% of tests passing (1 of 4)"
 
 
 def test_a_job_without_finished_runs_has_no_chart():
@@ -123,7 +123,7 @@ def test_the_hud_lists_the_jobs_red_now_with_their_regressions_and_attribution(c
     plant(backend, 4, "acme (backend 0.9)", ["p"])  # green again: not red now
     client.force_login(make_user("vera"))
     html = client.get("/").content.decode()
-    red = html[html.index("<h2>Red now</h2>") : html.index("<h2>Pass-rate trend</h2>")]
+    red = html[html.index("<h2>Red now</h2>") : html.index("<h2>Tests passing per job</h2>")]
     assert "only the backend changed since the last green run" in red
     assert "test/t.py::T::test_1" in red and "test_1 broke" in red
     assert "acme (backend 0.9)" not in red

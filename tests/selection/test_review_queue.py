@@ -6,7 +6,14 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from selection import configprs
-from selection.models import Proposal, ProposalEvent
+from selection.models import (
+    InventorySnapshot,
+    OpUsage,
+    Proposal,
+    ProposalEvent,
+    TestFile,
+    UpstreamTest,
+)
 from selection.views.review import PAGE_SIZE
 from tests.factories import make_backend, make_config, make_proposal, make_user
 
@@ -203,3 +210,59 @@ def test_a_filtered_page_costs_the_same_queries_for_20000_proposals(
     body = response.content.decode()
     assert response.status_code == 200 and "page 2 of" in body
     assert body.count('class="proposal"') == PAGE_SIZE
+
+
+def test_the_file_filter_matches_part_of_a_path_in_any_case(client, backend, rita):
+    make_proposal(backend, file_path="test/inductor/test_torchinductor.py", test_name="test_a")
+    make_proposal(backend, file_path="test/test_view_ops.py", test_name="test_b")
+    body = queue(client, file="Inductor/test_torch").content.decode()
+    assert "test_a" in body and "test_b" not in body
+    assert "1 proposal matches" in body
+
+
+def test_the_op_filter_finds_every_operator_a_test_uses_not_only_missing_ones(
+    client, backend, rita
+):
+    key = {"file_path": "test/test_ops.py", "class_name": "TestCommon"}
+    make_proposal(backend, **key, test_name="test_calls_add")  # no evidence about add
+    make_proposal(backend, **key, test_name="test_spans_add")
+    make_proposal(backend, **key, test_name="test_calls_addmm")
+    OpUsage.objects.create(**key, test_name="test_calls_add", op="add.Tensor", is_helper=True)
+    OpUsage.objects.create(**key, test_name="test_calls_addmm", op="addmm.default")
+    snapshot = InventorySnapshot.objects.create(pytorch_sha="a" * 40, root="/src")
+    source = TestFile.objects.create(snapshot=snapshot, path=key["file_path"], content_hash="x")
+    UpstreamTest.objects.create(
+        file=source, class_name="TestCommon", test_name="test_spans_add", ops=["add", "sub"],
+        content_hash="y",
+    )  # fmt: skip
+    body = queue(client, op="add").content.decode()
+    assert "test_calls_add<" in body and "test_spans_add" in body
+    assert "test_calls_addmm" not in body and "2 proposals match" in body
+    assert "test_calls_add<" in queue(client, op="aten::add.Tensor").content.decode()
+
+
+def test_a_human_edit_is_marked_with_who_and_when_apart_from_the_pipelines_own(
+    client, backend, rita
+):
+    edited = make_proposal(backend, test_name="test_edited")
+    make_proposal(backend, test_name="test_as_proposed")
+    url = reverse("selection:proposal_edit", args=[edited.uuid])
+    row = client.post(url, {"mode": "xfail", "reason": "fails on bf16"}, **HTMX).content.decode()
+    assert "edited by rita, " in row
+    assert 'class="status-pending">pending</td>' in row  # not "pending, rita": nobody decided
+    page = queue(client).content.decode()
+    assert page.count("edited by rita") == 1  # the pipeline's own proposal is not marked
+    mark = page.split("test_edited")[1].split("</tr>")[0]
+    assert "edited by rita" in mark
+    client.post(
+        reverse("selection:proposal_review", args=[edited.uuid]), {"decision": "approve"}, **HTMX
+    )
+    assert "edited by rita" in queue(client, status="approved").content.decode()  # still marked
+
+
+def test_more_filters_are_folded_unless_one_of_them_is_set(client, backend, rita):
+    make_proposal(backend)
+    folded = queue(client, op="add").content.decode()
+    assert '<details class="more-filters">' in folded and "More filters" in folded
+    opened = queue(client, file="view_ops").content.decode()
+    assert '<details class="more-filters" open>' in opened and "More filters (1 set)" in opened
