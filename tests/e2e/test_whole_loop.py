@@ -125,6 +125,30 @@ def picture(page, name: str) -> None:
         page.screenshot(path=str(Path(folder) / f"{name}.png"))
 
 
+def pages_of(run: Run, selection: SelectionRun, change_url: str) -> list[str]:
+    """Every kind of page this run's data fills, as paths."""
+    proposal = Proposal.objects.filter(backend=run.backend).first()
+    assert proposal is not None
+    slug = run.backend.slug
+    return [
+        "/", "/runs/", f"/runs/{run.uuid}/", f"/runs/{run.uuid}/reproducibility/",
+        "/dispatches/", f"/dispatches/{run.trigger.dispatch.uuid}/", "/review/",
+        f"/review/{proposal.uuid}/", "/config-prs/", change_url, change_url + "?view=split",
+        f"/configs/{slug}/", f"/configs/{slug}/v2/blame/", "/operators/",
+        f"/selection-runs/{selection.uuid}/",
+    ]  # fmt: skip
+
+
+def widest(page, width: int) -> list[str]:
+    """The innermost elements that stick out of the window, for a failure's message."""
+    return page.evaluate(
+        """width => [...document.querySelectorAll('body *')]
+          .filter(e => e.getBoundingClientRect().right > width && e.children.length === 0)
+          .slice(0, 5).map(e => e.tagName + ' ' + e.className + ': ' + e.textContent.slice(0, 60))""",
+        width,
+    )
+
+
 def sign_in(page, base_url: str, username: str) -> None:
     page.goto(f"{base_url}/accounts/login/")
     page.get_by_label("Username").fill(username)
@@ -207,6 +231,9 @@ def test_a_merged_pr_is_run_classified_relayed_bundled_and_its_config_reviewed(
         page.goto(f"{base_url}/review/?stage=refine&status=pending")
         expect(page.get_by_text(f"{proposed} proposal")).to_be_visible()
         picture(page, "review-queue")
+        page.set_viewport_size({"width": 1024, "height": 768})
+        expect(page.get_by_role("button", name="Approve", exact=True).first).to_be_in_viewport()
+        page.set_viewport_size({"width": 1280, "height": 800})
         page.get_by_role("button", name=f"Approve all {proposed} matching").click()
         page.get_by_role("button", name=f"Approve {proposed}").click()  # asked first
         page.get_by_role("button", name="Open a config PR for Acme").click()
@@ -223,6 +250,15 @@ def test_a_merged_pr_is_run_classified_relayed_bundled_and_its_config_reviewed(
         with page.expect_download() as download_info:
             page.get_by_role("link", name="Download crcr-config.yaml").click()
         text = Path(download_info.value.path()).read_text()
+
+        # Every page of this run's data fits a 1,440 and a 1,024 px window.
+        change_path = change_url.removeprefix(base_url)
+        for width in (1440, 1024):
+            page.set_viewport_size({"width": width, "height": 800})
+            for path in pages_of(run, selection, change_path):
+                page.goto(base_url + path)
+                wide = page.evaluate("document.documentElement.scrollWidth")
+                assert wide <= width, f"{path}: {wide} px in {width}: {widest(page, width)}"
     finally:
         context.close()
     assert text == ConfigVersion.objects.get(backend=backend, number=2).yaml_text
