@@ -1,4 +1,4 @@
-"""Command line: ``python -m selection.reuse {validate,merge,explain,list} ...``.
+"""Command line: ``python -m selection.reuse {validate,merge,explain,list,lint} ...``.
 
 - ``validate CONFIG...``: load and merge; exit 2 with file:line:column errors.
 - ``merge CONFIG...``: print the merged config as YAML (comments are not kept).
@@ -6,7 +6,11 @@
 - ``list --config CONFIG...``: per file and mode, how many generic tests (static,
   no torch); ``--collect`` runs pytest's collection through the plugin and counts
   the generated tests instead.
-Exit codes: 0 fine, 1 a test id/tree problem, 2 an invalid config.
+- ``lint --config CONFIG... [--strict]``: collects like ``list --collect``, then one
+  line per dead, duplicate, conflicting or variant-spelled name (``lint.py``);
+  ``--strict`` makes any problem exit 1 (a CI step), else they are warnings.
+Exit codes: 0 fine, 1 a test id/tree problem (or a lint problem under --strict),
+2 an invalid config.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from typing import Any
 
 import yaml
 
+from . import lint
 from .launcher import PytestRun, TestEnvironment
 from .loader import ConfigError, load_configs
 from .matching import Decision, Rules
@@ -72,6 +77,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     listing.add_argument("--device", help="device module for --collect")
     listing.set_defaults(handler=_list_command)
+    lint = commands.add_parser(
+        "lint", parents=[common], help="names that match nothing, repeat or conflict"
+    )
+    lint.add_argument("--config", dest="configs", action="append", required=True)
+    lint.add_argument("--device", help="device module the collection imports")
+    lint.add_argument("--strict", action="store_true", help="exit 1 on any problem (for CI)")
+    lint.set_defaults(handler=_lint)
     return parser
 
 
@@ -259,6 +271,20 @@ def _static_counts(config: Config) -> dict[str, Counter[str]]:
 
 def _collected_counts(config: Config, args: argparse.Namespace) -> dict[str, Counter[str]]:
     """Generated tests per file and mode, from a --collect-only run through the plugin."""
+    document = collect_report(args)
+    rows: dict[str, Counter[str]] = defaultdict(Counter)
+    for record in document["tests"]:
+        rows[_shown_path(record["file"])][record["mode"]] += 1
+    for path, counts in document["collection"].get("per_file", {}).items():
+        rows[_shown_path(path)]["skip"] += counts.get("skipped_variants", 0) + counts.get(
+            "deselected_by_config", 0
+        )
+    return rows
+
+
+def collect_report(args: argparse.Namespace, every_file: bool = False) -> dict[str, Any]:
+    """The JSON report of a --collect-only run of the plugin over ``args.configs``;
+    ``every_file``: a file that fails to import fails it (its names would go unchecked)."""
     with tempfile.TemporaryDirectory() as tmp:
         report = os.path.join(tmp, "collect.json")
         pytest = PytestRun(
@@ -272,18 +298,21 @@ def _collected_counts(config: Config, args: argparse.Namespace) -> dict[str, Cou
             extra_args=["-p", "no:django"],
         )
         done = pytest.run(timeout=3600)
-        if not os.path.exists(report):
+        if not os.path.exists(report) or (every_file and done.returncode not in (0, 5)):
             raise ValueError(f"collection failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
         with open(report) as handle:
-            document = json.load(handle)
-    rows: dict[str, Counter[str]] = defaultdict(Counter)
-    for record in document["tests"]:
-        rows[_shown_path(record["file"])][record["mode"]] += 1
-    for path, counts in document["collection"].get("per_file", {}).items():
-        rows[_shown_path(path)]["skip"] += counts.get("skipped_variants", 0) + counts.get(
-            "deselected_by_config", 0
-        )
-    return rows
+            document: dict[str, Any] = json.load(handle)
+    return document
+
+
+def _lint(config: Config, args: argparse.Namespace) -> int:
+    found = lint.problems(config, collect_report(args, every_file=True)["collection"])
+    prefix = "" if args.strict else "warning: "
+    for problem in found:
+        print(prefix + lint.shown(problem))
+    if not found:
+        print(f"OK: every name of {len(config.sources)} config(s) matches a collected test")
+    return 1 if found and args.strict else 0
 
 
 def _shown_path(path: str) -> str:

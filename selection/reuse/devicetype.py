@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .idlist import ShardFilter
+from .marking import PLACEHOLDER_VARIANTS
 from .matching import Rules, VariantFilter
 
 ONLY_FOR_ENV = "PYTORCH_TESTING_DEVICE_ONLY_FOR"
@@ -80,9 +81,12 @@ def dtype_name(dtype: Any) -> str:
 class DeviceTypeHooks:
     """Installs the wrappers and applies the rules while test files are imported."""
 
-    def __init__(self, rules: Rules, shard: ShardFilter | None = None):
+    def __init__(self, rules: Rules, shard: ShardFilter | None = None, placeholders: bool = False):
         self.rules = rules
         self.shard = shard
+        # A ``skip`` test is never generated; with ``placeholders`` one test under its
+        # generic name stands for its variants, so the run reports it as skipped.
+        self.placeholders = placeholders
         self.stats = CollectionStats()
         self._path = ""
 
@@ -157,6 +161,8 @@ class DeviceTypeHooks:
         if decision.mode == "skip":
             variants = _count_variants(cls, test, generic_cls)
             self.stats.add(path, skipped_generic=1, skipped_variants=variants)
+            if self.placeholders:
+                setattr(cls, name, _placeholder(test, variants))
             return
         self._path = path
         prepared = self._prepare(cls, test, decision.filters)
@@ -372,6 +378,17 @@ def _with_extra_dtypes(op: Any, extra: list[str]) -> Any:
     clone = copy.copy(op)
     clone.dtypesIf = {**op.dtypesIf, backend: wanted}
     return clone
+
+
+def _placeholder(test: Any, variants: int) -> Any:
+    """A test that stands for a skipped generic test (the plugin marks it skipped)."""
+
+    @functools.wraps(test)  # its name and source line are the generic test's
+    def placeholder(self: Any) -> None:
+        raise AssertionError("crcr: a config-skipped test must not run")
+
+    setattr(placeholder, PLACEHOLDER_VARIANTS, variants)
+    return placeholder
 
 
 def _count_variants(cls: Any, test: Any, generic_cls: Any) -> int:

@@ -19,6 +19,8 @@ from .matching import Decision
 from .schema import marker_safe
 
 Property = tuple[str, str]
+# On the test that stands for a config-skipped generic test: how many variants it hides.
+PLACEHOLDER_VARIANTS = "crcr_skipped_variants"
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +74,12 @@ class Marking:
             item.add_marker(decorator)
         item.user_properties.extend(second.properties + first.properties)
         return first.mode
+
+    def skip(self, item: pytest.Item, decision: Decision, test: str, variants: int | None) -> None:
+        """Mark a test the config skips: it is reported as skipped, with the entry's reason."""
+        self.apply(item, decision, test)
+        hidden = f" ({variants} variants not generated)" if variants is not None else ""
+        item.add_marker(pytest.mark.skip(reason=f"crcr config: {decision.reason}{hidden}"))
 
     def mode(self, decision: Decision, forced: str | None = None) -> str:
         return "xfail" if forced and decision.mode == "mandatory_success" else decision.mode

@@ -181,20 +181,26 @@ class FileRules:
     global_filter: VariantFilter
     global_: GlobalSection
     used_patterns: set[int] = field(default_factory=set)
-    _cache: dict[tuple[str | None, str], Decision] = field(default_factory=dict)
+    _cache: dict[tuple[str | None, tuple[str, ...]], Decision] = field(default_factory=dict)
 
-    def decide(self, cls: str | None, method: str) -> Decision:
-        key = (cls, method)
+    def decide(self, cls: str | None, method: str, attribute: str | None = None) -> Decision:
+        """``attribute``: a plain unittest method's attribute name when it differs from
+        ``method`` (its ``__name__``), as for methods generated with ``functools.wraps``;
+        a name matching either matches the test."""
+        methods = (method,) if attribute is None or attribute == method else (method, attribute)
+        key = (cls, methods)
         if key not in self._cache:
-            self._cache[key] = self._decide(cls, method)
+            self._cache[key] = self._decide(cls, methods)
         return self._cache[key]
 
-    def _decide(self, cls: str | None, method: str) -> Decision:
+    def _decide(self, cls: str | None, methods: tuple[str, ...]) -> Decision:
         for want_regex in (False, True):
             for file_entry in self.entries:
                 for test in file_entry.tests:
                     for pattern in test.names:
-                        if pattern.is_regex == want_regex and pattern.matches(cls, method):
+                        if pattern.is_regex == want_regex and any(
+                            pattern.matches(cls, method) for method in methods
+                        ):
                             self.used_patterns.add(id(pattern))
                             return Decision(
                                 mode=test.mode,

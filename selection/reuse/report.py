@@ -201,7 +201,7 @@ def summary_lines(
     lines.append(
         f"skip: {skipped} not collected by the config "
         f"({stats.get('skipped_generic', 0)} generic tests not generated, "
-        f"{extra.get('deselected_by_config', 0)} collected tests deselected)"
+        f"{extra.get('deselected_by_config', 0)} collected tests not run)"
     )
     lines.append(
         f"filtered out by dtype/op/module rules: {stats.get('filtered_variants', 0)} variants"

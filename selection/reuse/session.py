@@ -24,7 +24,7 @@ import pytest
 
 from .idlist import ShardFilter, normalize_class
 from .loader import ConfigError, load_configs
-from .marking import Marking
+from .marking import PLACEHOLDER_VARIANTS, Marking
 from .matching import Decision, Rules
 from .report import JsonReport, summary_lines
 from .static_scan import DEVICE_SUFFIX as DEVICE_CLASS
@@ -58,6 +58,14 @@ class Target:
     forced: str | None = None
 
 
+def reports_skips(options: argparse.Namespace) -> bool:
+    """Whether the tests the config skips are collected and reported as skipped.
+
+    Not in a --collect-only run (planning's ids hold only tests to run) nor in a
+    shard (its id list names only those): there they are deselected and counted."""
+    return not (options.collectonly or options.reuse_ids)
+
+
 class ReuseSession:
     def __init__(self, namespace: argparse.Namespace, rules: Rules | None, device: str):
         self.namespace = namespace
@@ -73,6 +81,7 @@ class ReuseSession:
         self.worker_stats: dict[str, Any] = {}
         self.missing_ids: list[str] = []
         self.deselected_per_file: Counter[str] = Counter()
+        self.skipped_by_config = 0
         self._realpaths: dict[str, str] = {}
 
     @classmethod
@@ -97,7 +106,9 @@ class ReuseSession:
 
             session.backend = prepare_device(device)
             if rules is not None:
-                session.hooks = DeviceTypeHooks(rules, session.shard)
+                session.hooks = DeviceTypeHooks(
+                    rules, session.shard, placeholders=reports_skips(namespace)
+                )
                 session.hooks.install()
         return session
 
@@ -159,12 +170,21 @@ class ReuseSession:
         if self.rules is None:
             return
         marking = Marking(self.rules.config.labels)
+        reported = reports_skips(config.option)
         kept, by_config, by_shard, seen = [], [], [], set()
         for item in items:
             target = self._target(item)
-            if target is None or marking.mode(target.decision, target.forced) == "skip":
+            if target is None:
                 by_config.append(item)
-                self.deselected_per_file[target.path if target else str(item.path)] += 1
+                self.deselected_per_file[str(item.path)] += 1
+                continue
+            if marking.mode(target.decision, target.forced) == "skip":
+                if reported:
+                    self._keep_skipped(item, target, marking)
+                    kept.append(item)
+                else:
+                    by_config.append(item)
+                    self.deselected_per_file[target.path] += 1
                 continue
             if self.shard is not None:
                 cls = getattr(item, "cls", None)
@@ -178,9 +198,21 @@ class ReuseSession:
         if by_config or by_shard:
             config.hook.pytest_deselected(items=by_config + by_shard)
         items[:] = kept
-        self.counts.update(deselected_by_config=len(by_config), deselected_by_shard=len(by_shard))
+        self.counts.update(
+            deselected_by_config=len(by_config) + self.skipped_by_config,
+            deselected_by_shard=len(by_shard),
+        )
         if self.shard is not None:
             self.missing_ids = self.shard.found(seen)
+
+    def _keep_skipped(self, item: pytest.Item, target: Target, marking: Marking) -> None:
+        """Keep a test the config skips, marked to be skipped: JUnit and the JSON report
+        count it. (A device test's placeholder stands for variants already counted.)"""
+        variants = getattr(_function(item), PLACEHOLDER_VARIANTS, None)
+        if variants is None:
+            self.skipped_by_config += 1
+            self.deselected_per_file[target.path] += 1
+        marking.skip(item, target.decision, target.test, variants)
 
     def _target(self, item: pytest.Item) -> Target | None:
         """What the config says about one collected test; None for a file it does not list."""
@@ -189,9 +221,15 @@ class ReuseSession:
         if file_rules is None:
             return None
         fn = _function(item)
-        generic = _generic_class(getattr(item, "cls", None))
+        cls = getattr(item, "cls", None)
+        generic = _generic_class(cls)
         name = getattr(fn, "__name__", item.name)  # the generic name (functools.wraps)
-        decision = file_rules.decide(generic, name)
+        # A plain unittest method generated with functools.wraps carries the wrapped
+        # function's __name__; a config may name it by its attribute name instead.
+        attribute = None
+        if cls is not None and not DEVICE_CLASS.search(cls.__name__):
+            attribute = getattr(item, "originalname", None) or item.name
+        decision = file_rules.decide(generic, name, attribute)
         test = f"{path}::{generic}::{name}" if generic else f"{path}::{name}"
         params = _param_kwargs(fn)
         if not params:
@@ -248,11 +286,12 @@ class ReuseSession:
             stats["missing_ids"] = self.missing_ids
             for path, count in self.deselected_per_file.items():
                 stats["per_file"].setdefault(path, {})["deselected_by_config"] = count
-            stats["unmatched_names"] = (
-                [f"{p.text} ({p.pos})" for p in self.rules.unmatched_patterns()]
-                if self.rules
-                else []
-            )
+            unmatched = self.rules.unmatched_patterns() if self.rules else []
+            stats["unmatched_names"] = [f"{p.text} ({p.pos})" for p in unmatched]
+            stats["unmatched"] = [
+                {"name": p.text, "config": p.pos.file, "line": p.pos.line, "column": p.pos.column}
+                for p in unmatched
+            ]
             return stats
         return dict(self.worker_stats)
 
