@@ -85,6 +85,7 @@ def context(run: Run, outcome: str) -> dict[str, Any]:
         "attempts_matching": matching,
         "attempts_limit": ATTEMPTS_SHOWN,
         "outcome_counts": outcome_counts(run),
+        "counts": run.test_counts(),  # per test at its final attempt, as the run page counts
         "bundles": list(run.bundles.order_by("-created_at", "-pk")[:10]),
         "reruns": list(Rerun.objects.filter(original=run).select_related("run")),
         "rerun_of": Rerun.objects.filter(run=run).select_related("original").first(),

@@ -45,9 +45,15 @@ def _page_link(request: HttpRequest, page: int) -> str:
 
 
 @login_required
-def run_list(request: HttpRequest) -> HttpResponse:
-    runs = Run.objects.select_related("trigger", "backend").order_by("-created_at")[:100]
-    return render(request, "runs/run_list.html", {"runs": runs, "nav": "runs"})
+def run_list(request: HtmxHttpRequest) -> HttpResponse:
+    runs = list(Run.objects.select_related("trigger", "backend").order_by("-created_at")[:100])
+    busy = any(not run.is_finished for run in runs)
+    context = {"runs": runs, "runs_busy": busy, "nav": "runs"}
+    if request.htmx:
+        response = render(request, "runs/run_list.html#runs", context)
+        # Once every listed run has ended the page stops polling (htmx's 286).
+        return response if busy else HttpResponseStopPolling(response.content)
+    return render(request, "runs/run_list.html", context)
 
 
 @login_required

@@ -8,7 +8,7 @@ from django.db.models import Max
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_http_methods, require_POST
 
 from crcr_site.lib.access import reviewer_required
 from runs.models import Backend
@@ -21,6 +21,11 @@ from selection.forms import (
 )
 from selection.models import ConfigChange, ConfigVersion
 from selection.views.configpage import diff_view
+
+OPEN_FROM_THE_QUEUE = (
+    "A config PR is opened from the review queue: approve proposals, then press "
+    "“Open a config PR for …” above the queue; it gathers the backend's approved proposals."
+)
 
 
 @login_required
@@ -36,9 +41,13 @@ def configchange_list(request: HttpRequest) -> HttpResponse:
     return render(request, "selection/configchange_list.html", context)
 
 
-@require_POST
+@require_http_methods(["GET", "POST"])
 @reviewer_required
 def configchange_create(request: HttpRequest) -> HttpResponse:
+    if request.method == "GET":
+        # A followed or typed address: say where a config PR is opened instead of a blank 405.
+        messages.info(request, OPEN_FROM_THE_QUEUE)
+        return redirect("selection:proposal_list")
     form = OpenChangeForm(request.POST)
     if not form.is_valid():
         return HttpResponseBadRequest(form.errors.as_text())

@@ -1,0 +1,189 @@
+"""Long work never holds a request, on the embedded default too (no broker).
+
+Each of the five actions that start long work (build a bundle, re-run a bundle,
+bisect, enable an operator, start a run) records its row, answers at once and
+lands on a page that polls the work's live status; the work runs afterwards on
+the web process's background thread (`crcr_site.lib.enqueue`). To know that the
+answer came first, each test holds that thread with work queued before the
+request, so nothing the request asked for can have run when it answers; once
+released, the real work runs to its end and the page stops polling.
+"""
+
+import re
+import threading
+
+import pytest
+from django.urls import reverse
+from playwright.sync_api import expect
+
+from crcr_site.lib import enqueue
+from demo.localgit import PyTorchShapedRepo
+from reproducibility import bundles, capture
+from reproducibility.models import Bisection, Bundle, Rerun
+from runs.models import Run
+from selection.models import OpUsage, SelectionRun
+from tests.factories import make_backend, make_config, make_user
+from tests.reproducibility.builders import MISMATCH, PASSING, add_result, make_run
+from tests.reproducibility.test_rerun import tamper
+from tests.selection.test_review_browser import sign_in
+from tests.waiting import wait_for
+
+POLLS = 'hx-trigger="every 2s"'
+
+
+def drain() -> None:
+    """Wait until the background thread has run everything sent to it so far."""
+    # One thread runs the work in order: a no-op sent now runs after all of it.
+    enqueue._background.submit(lambda: None).result(timeout=300)
+
+
+@pytest.fixture
+def held(transactional_db, settings, tmp_path):
+    """The embedded default, its background thread busy until the test sets the event."""
+    settings.CELERY_TASK_ALWAYS_EAGER = True  # no broker: tasks run in the web process
+    settings.MEDIA_ROOT = str(tmp_path / "storage")
+    go = threading.Event()
+    enqueue._background.submit(go.wait, 300)
+    yield go
+    go.set()  # never leave the thread waiting for a failed test
+    drain()  # and leave nothing running against the next test's database
+
+
+@pytest.fixture
+def reviewer(client):
+    client.force_login(make_user("rita", role="reviewer"))
+    return client
+
+
+def finished_run(status: str = "failed", sha: str = "b" * 40) -> Run:
+    backend = make_backend("acme")
+    run = make_run(backend, make_config(backend), sha=sha, status=status)
+    add_result(run, MISMATCH, ["failed"], "numerical_mismatch", "regression")
+    add_result(run, PASSING, ["passed"])
+    capture.record_run_start(run)
+    return run
+
+
+def polled(client, url: str):
+    """The page's live part, as htmx asks for it every 2 s."""
+    return client.get(url, HTTP_HX_REQUEST="true")
+
+
+def test_building_a_bundle_answers_before_the_build_and_the_page_follows_it(held, reviewer):
+    run = finished_run()
+
+    response = reviewer.post(reverse("reproducibility:bundle_create", args=[run.uuid]))
+
+    bundle = run.bundles.get()
+    assert response.status_code == 302 and bundle.status == Bundle.Status.PENDING
+    page = reviewer.get(response["Location"]).content.decode()
+    assert "<td>pending</td>" in page and POLLS in page
+    held.set()
+    wait_for(lambda: run.bundles.filter(status=Bundle.Status.READY).exists(), what="the bundle")
+    done = polled(reviewer, response["Location"])
+    assert done.status_code == 286 and "Download" in done.content.decode()
+
+
+def test_rerunning_a_bundle_answers_before_the_worker_checks_it(held, reviewer):
+    run = finished_run()
+    bundle = bundles.build(Bundle.objects.create(run=run).pk)
+    tamper(bundle)  # the check then ends the re-run at once, with no test to run
+
+    response = reviewer.post(reverse("reproducibility:rerun_create", args=[run.uuid, bundle.uuid]))
+
+    made = Rerun.objects.get()
+    assert response["Location"] == reverse("reproducibility:rerun_detail", args=[made.uuid])
+    assert made.run.status == Run.Status.QUEUED
+    page = reviewer.get(response["Location"]).content.decode()
+    assert "preparing the re-run from the bundle…" in page and POLLS in page
+    held.set()
+    wait_for(lambda: Run.objects.filter(pk=made.run.pk, status="error").exists(), what="it")
+    done = polled(reviewer, response["Location"])
+    assert done.status_code == 286 and "fails verification" in done.content.decode()
+
+
+def test_a_bisection_answers_before_it_lists_a_commit(held, reviewer, settings, tmp_path):
+    # An upstream that knows neither run's commit: the bisection stops at its first step.
+    settings.CRCR_UPSTREAM = f"git:{PyTorchShapedRepo(tmp_path / 'pytorch').path}"
+    red = finished_run()
+    green = make_run(red.backend, red.config_version, sha="a" * 40, status="passed")
+    Run.objects.filter(pk=green.pk).update(created_at=red.created_at.replace(year=2020))
+
+    response = reviewer.post(reverse("reproducibility:bisection_create", args=[red.uuid]))
+
+    bisection = Bisection.objects.get()
+    assert bisection.status == Bisection.Status.QUEUED and not bisection.commits
+    page = reviewer.get(response["Location"]).content.decode()
+    assert "Status: <strong>queued</strong>" in page and POLLS in page
+    held.set()
+    wait_for(lambda: Bisection.objects.filter(status="stopped").exists(), what="the bisection")
+    done = polled(reviewer, response["Location"])
+    assert done.status_code == 286
+    assert "the upstream resolver could not list the commits" in done.content.decode()
+
+
+def test_enabling_an_operator_answers_before_the_device_is_probed(held, reviewer):
+    make_backend("acme")
+
+    response = reviewer.post(
+        reverse("selection:operator_enable"), {"backend": "acme", "op": "lgamma"}
+    )
+
+    run = SelectionRun.objects.get()
+    assert response["Location"] == reverse("selection:selectionrun_detail", args=[run.uuid])
+    assert run.status == SelectionRun.Status.QUEUED
+    page = reviewer.get(response["Location"]).content.decode()
+    assert '<strong class="status-queued">queued</strong>' in page and POLLS in page
+    held.set()
+    wait_for(lambda: SelectionRun.objects.get(pk=run.pk).is_finished, what="the selection run")
+    done = polled(reviewer, response["Location"])
+    ended = SelectionRun.objects.get(pk=run.pk)
+    assert done.status_code == 286
+    assert (
+        f'<strong class="status-{ended.status}">{ended.get_status_display()}</strong>' in done.text
+    )
+
+
+def test_starting_a_run_answers_before_it_is_planned_and_the_list_follows_it(
+    held, reviewer, settings
+):
+    settings.CRCR_BUILD_COMMAND = 'echo "no compiler on this host"; exit 3'
+    backend = make_backend("acme")
+    make_config(backend)
+
+    response = reviewer.post(
+        reverse("runs:trigger_create"), {"backend": "acme", "kind": "manual", "target": "b" * 40}
+    )
+
+    run = Run.objects.get()
+    assert response["Location"] == reverse("runs:run_list")
+    assert run.status == Run.Status.QUEUED
+    page = reviewer.get(response["Location"]).content.decode()
+    assert "Started 1 run(s)" in page and "queued" in page and POLLS in page
+    held.set()
+    wait_for(lambda: Run.objects.filter(pk=run.pk, status="error").exists(), what="the run")
+    done = polled(reviewer, response["Location"])
+    assert done.status_code == 286 and "infrastructure error" in done.content.decode()
+
+
+@pytest.mark.parametrize("width", [1440, 1024])
+def test_a_reviewer_enables_an_operator_and_its_page_follows_it_without_a_reload(page, held, width):
+    make_config(make_backend("acme"), "test_suite_config:\n  files: []\n")
+    OpUsage.objects.create(
+        file_path="test/test_ops.py", class_name="TestOps", test_name="t", op="lgamma.default"
+    )
+    make_user("rita", role="reviewer")
+    page.set_viewport_size({"width": width, "height": 800})
+    sign_in(page, "rita")
+    page.goto(reverse("selection:operator_list"))
+
+    page.get_by_role("button", name="Enable lgamma").click()
+
+    status = page.locator("#status strong")
+    expect(status).to_have_text("queued")  # the page answered while the work waits
+    assert page.evaluate("document.documentElement.scrollWidth") <= width
+    page.evaluate("window.notReloaded = true")  # a reload would drop this mark
+    held.set()
+    expect(status).to_have_text(re.compile("^(done|failed)$"), timeout=60_000)
+    expect(page.locator("#status")).not_to_have_attribute("hx-trigger", "every 2s")
+    assert page.evaluate("window.notReloaded") is True
