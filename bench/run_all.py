@@ -24,8 +24,8 @@ from urllib.parse import urlsplit
 BENCH = Path(__file__).resolve().parent
 # In the order they are cheapest to run; upstream_check is a check, not a figure.
 SCRIPTS = [
-    "sharding", "ingest", "intake", "pages", "collection", "opcapture", "upgrade",
-    "selection_quality",
+    "sharding", "ingest", "intake", "pages", "pages_at_scale", "collection", "opcapture",
+    "upgrade", "selection_quality",
 ]  # fmt: skip
 FIGURE = re.compile(
     r"^(?P<label>[^\n]*?):?\s+(?:\d+/\d+ = )?(?P<value>-?[\d.]+)(?P<unit>%|x)?\s*"

@@ -4,12 +4,13 @@ with what their failure is put down to. (The grid itself is `runs.hud_grid`.)"""
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from django.db.models import Count, F, Q, QuerySet, Window
+from django.db.models import Count, F, QuerySet, Window
 from django.db.models.functions import RowNumber
 from django.utils.safestring import SafeString
 
 from runs import charts
-from runs.models import Failure, Run, TestResult
+from runs.models import Failure, Run
+from runs.models.results import final_counts, summary
 
 TREND_RUNS = 20  # runs per job in a trend of tests passing
 RED_TESTS_SHOWN = 5
@@ -38,20 +39,16 @@ def newest_finished(job: str = "", per_job: int = TREND_RUNS) -> QuerySet[Run]:
     )
 
 
-def pass_counts(run_ids: Iterable[int]) -> dict[int, tuple[int, int]]:
-    """(passed, executed) tests per run, counting each test once at its final outcome.
-
-    A failed test is retried until it passes or runs out of attempts, so a test
-    that passed in any attempt passed in its last; skipped tests are not executed."""
-    rows = (
-        TestResult.objects.filter(run_id__in=list(run_ids))
-        .values("run_id")
-        .annotate(
-            passed=Count("node_id", distinct=True, filter=Q(outcome__in=TestResult.PASSING)),
-            executed=Count("node_id", distinct=True, filter=~Q(outcome=TestResult.Outcome.SKIPPED)),
-        )
-    )
-    return {row["run_id"]: (row["passed"], row["executed"]) for row in rows}
+def pass_counts(runs: Iterable[Run]) -> dict[int, tuple[int, int]]:
+    """(passed, executed) tests per run, counting each test once at its final outcome
+    (in the database, one query: `runs.models.results.final_counts`); skipped tests
+    are not executed."""
+    totals = {run_id: summary(counts) for run_id, counts in final_counts(runs).items()}
+    return {
+        run_id: (total["passed"], total["total"] - total["skipped"])
+        for run_id, total in totals.items()
+        if total["total"]
+    }
 
 
 def trends(runs: Iterable[Run], current: Run | None = None) -> dict[str, SafeString]:
@@ -62,7 +59,7 @@ def trends(runs: Iterable[Run], current: Run | None = None) -> dict[str, SafeStr
         chosen = per_job.setdefault(run.job_name, [])
         if run.is_finished and len(chosen) < TREND_RUNS:
             chosen.append(run)
-    rates = pass_counts(run.pk for chosen in per_job.values() for run in chosen)
+    rates = pass_counts(run for chosen in per_job.values() for run in chosen)
     charts_by_job = {}
     for job, chosen in sorted(per_job.items()):
         points = [

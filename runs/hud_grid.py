@@ -16,13 +16,14 @@ from datetime import datetime
 from statistics import median
 from typing import Any
 
-from django.db.models import Count, Exists, F, Min, OuterRef, Q, QuerySet, Subquery, Value
+from django.db.models import Exists, F, Min, OuterRef, Q, QuerySet, Subquery, Value
 from django.db.models.fields.json import KeyTextTransform, KeyTransform
 from django.db.models.functions import Concat, Replace
 from django.utils.dateparse import parse_datetime
 
 from runs.combinations import RERUN_SUFFIX
 from runs.models import Failure, Run, TestResult, Trigger
+from runs.models.results import final_counts, summary
 
 PER_PAGE = 50
 DEFAULT_REPOSITORY = "pytorch/pytorch"
@@ -206,7 +207,7 @@ def build(job: str = "", failures_only: bool = False, page: int = 1) -> Grid:
         .select_related("backend")
         .only(
             "uuid", "job_name", "status", "pytorch_sha", "created_at", "started_at",
-            "finished_at", "changed_since_green", "backend__slug",
+            "finished_at", "changed_since_green", "backend__slug", "test_summary",
         )
         .order_by("created_at", "pk")
     )  # fmt: skip
@@ -234,7 +235,7 @@ def _mark(commits: Any) -> None:
             "run_id", flat=True
         )
     )
-    counts = {row.pop("run_id"): row for row in counts_by_run(ids)}
+    counts = counts_by_run([cell.run for cell in cells])
     for cell in cells:
         run = cell.run
         cell.counts = counts.get(run.pk, {})
@@ -252,31 +253,15 @@ def _mark(commits: Any) -> None:
             cell.letter = LETTERS.get(run.status, "X")
 
 
-def counts_by_run(run_ids: list[int]) -> list[dict[str, int]]:
-    """Per run, its tests passed, failed and skipped, each test counted once.
-
-    A failed test is retried until it passes or runs out of attempts, so a test that
-    passed in any attempt passed in its last."""
-    passing = Q(outcome__in=TestResult.PASSING)
-    skipped = Q(outcome=TestResult.Outcome.SKIPPED)
-    rows = (
-        TestResult.objects.filter(run_id__in=run_ids)
-        .values("run_id")
-        .annotate(
-            total=Count("node_id", distinct=True),
-            passed=Count("node_id", distinct=True, filter=passing),
-            skipped=Count("node_id", distinct=True, filter=skipped),
-        )
-    )
-    return [
-        {
-            "run_id": row["run_id"],
-            "passed": row["passed"],
-            "failed": row["total"] - row["passed"] - row["skipped"],
-            "skipped": row["skipped"],
-        }
-        for row in rows
-    ]
+def counts_by_run(runs: list[Run]) -> dict[int, dict[str, int]]:
+    """Per run, its tests passed, failed and skipped, each test counted once at its final
+    outcome (`runs.models.results.final_counts`: stored for a finished run)."""
+    counted = final_counts(runs)
+    return {
+        pk: {key: value for key, value in summary(counts).items() if key != "total"}
+        for pk, counts in counted.items()
+        if counts
+    }
 
 
 def _measure(job: Job, cell: Cell) -> None:

@@ -62,7 +62,7 @@ def run_detail(request: HtmxHttpRequest, uuid: str) -> HttpResponse:
         Run.objects.select_related("trigger__dispatch", "backend", "config_version", "retry_of"),
         uuid=uuid,
     )
-    shards = list(run.shards.all())
+    shards = list(run.shards.listed())  # without each shard's list of test ids
     context = {
         "run": run,
         "shards": shards,

@@ -3,7 +3,7 @@
 `blame(version)` walks the backend's versions from v1 to `version`:
 1. read every version's text in one query, the config PRs that produced them and
    those PRs' proposals (with their reviewers) in two more, whatever the length;
-2. v1's lines all come from v1; for each next version, `difflib.SequenceMatcher`
+2. v1's lines all come from v1; for each next version, `configdiff.Matcher`
    on the previous text's lines: an unchanged line keeps its origin, an inserted
    or replaced line gets the new version;
 3. each line is placed in its YAML entry (the `- path:` file and the `- names:`
@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-import difflib
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +20,7 @@ from typing import Any
 from django.db.models import Prefetch, QuerySet
 
 from runs.models import Backend
+from selection import configdiff
 from selection.configwriter import file_key
 from selection.models import ConfigChange, ConfigVersion, Proposal
 
@@ -97,7 +97,8 @@ def _origins(history: list[ConfigVersion]) -> list[ConfigVersion]:
     previous: list[str] = []
     for version in history:
         lines = version.yaml_text.splitlines()
-        matcher = difflib.SequenceMatcher(None, previous, lines, autojunk=False)
+        # Anchored on unique lines: difflib alone is quadratic in a long config's repeats.
+        matcher = configdiff.Matcher(None, previous, lines, autojunk=False)
         carried: list[ConfigVersion] = []
         for tag, i1, i2, j1, j2 in matcher.get_opcodes():
             carried += origin[i1:i2] if tag == "equal" else [version] * (j2 - j1)

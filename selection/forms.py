@@ -147,9 +147,12 @@ class OpenChangeForm(forms.Form):
 
 
 class ConfigViewForm(forms.Form):
-    """The config page's GET parameters: which version (`?v=N`) and how a diff is laid out."""
+    """The config page's GET parameters: which version (`?v=N`), from which line its text is
+    shown (`?start=N`) and how a diff is laid out."""
 
     v = forms.IntegerField(required=False, min_value=1, label="Version")
+    # A long config is shown a window of lines at a time (`configpage.LINES_SHOWN`).
+    start = forms.IntegerField(required=False, min_value=1, label="First line")
     view = forms.ChoiceField(
         required=False, choices=[("unified", "unified"), ("split", "split")], label="Diff view"
     )

@@ -1,15 +1,33 @@
 """Results: a run's shards, each test attempt's outcome, failures and duration history."""
 
 import uuid
-from typing import TYPE_CHECKING
+from collections import Counter
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
-from django.db import models
+from django.db import connection, models
 from django.utils import timezone
 
 from runs.models.runs import Run
 
 if TYPE_CHECKING:
     from runs.charts import Bar
+
+
+class JSONArrayLength(models.Func):
+    """The length of a JSON array column, in the database (SQLite and PostgreSQL)."""
+
+    function = "JSON_ARRAY_LENGTH"
+    output_field = models.IntegerField()
+
+    def as_postgresql(self, compiler: Any, connection: Any, **extra: Any) -> Any:
+        return self.as_sql(compiler, connection, function="JSONB_ARRAY_LENGTH", **extra)
+
+
+class ShardQuerySet(models.QuerySet):
+    def listed(self) -> "ShardQuerySet":
+        """Shards for a table: each with `test_count`, without reading its (long) list of ids."""
+        return self.defer("test_ids").annotate(test_count=JSONArrayLength("test_ids"))
 
 
 class Shard(models.Model):
@@ -38,6 +56,8 @@ class Shard(models.Model):
     error = models.TextField(blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+
+    objects = ShardQuerySet.as_manager()
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["run", "index"], name="shard_unique_index")]
@@ -124,11 +144,67 @@ class TestResult(models.Model):
                 fields=["shard", "node_id", "attempt"], name="result_unique_attempt"
             )
         ]
-        # The run page's failures and the verdict's "last green" lookup.
-        indexes = [models.Index(fields=["run", "outcome"], name="result_run_outcome")]
+        indexes = [
+            # The run page's failures and counts, and the verdict's "last green" lookup.
+            models.Index(fields=["run", "outcome"], name="result_run_outcome"),
+            # `final_counts`: a run's retried attempts, the few rows that supersede others.
+            models.Index(
+                fields=["run"], condition=models.Q(attempt__gt=1), name="result_run_retried"
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"{self.node_id} #{self.attempt}: {self.outcome}"
+
+
+_SUPERSEDED = """
+    SELECT run_id, outcome, COUNT(*) FROM {table} WHERE run_id IN ({ids}) GROUP BY run_id, outcome
+    UNION ALL
+    SELECT run_id, outcome, -COUNT(*) FROM {table} WHERE id IN (
+        SELECT earlier.id FROM {table} later JOIN {table} earlier
+        ON earlier.shard_id = later.shard_id AND earlier.node_id = later.node_id
+        AND earlier.attempt < later.attempt
+        WHERE later.run_id IN ({ids}) AND later.attempt > 1
+    ) GROUP BY run_id, outcome
+"""
+
+
+def final_counts(runs: Iterable[Run]) -> dict[int, Counter[str]]:
+    """Per run, its tests counted once each at their final attempt's outcome.
+
+    A run that stored its counts when it finished (`Run.test_summary`) costs nothing;
+    the others are counted in the database in one query, never read into Python:
+    1. every attempt, counted by outcome (the (run, outcome) index alone answers it);
+    2. less the attempts a later attempt of the same test in the same shard supersedes,
+       found from the retried rows (attempt > 1, their own partial index), which are few.
+    """
+    counts: dict[int, Counter[str]] = {}
+    ids = []
+    for run in runs:
+        counts[run.pk] = Counter(run.test_summary or {})
+        if run.test_summary is None:
+            ids.append(run.pk)
+    if not ids:
+        return counts
+    marks = ", ".join(["%s"] * len(ids))
+    with connection.cursor() as cursor:
+        cursor.execute(_SUPERSEDED.format(table=TestResult._meta.db_table, ids=marks), [*ids, *ids])
+        for run_id, outcome, number in cursor.fetchall():
+            counts[run_id][outcome] += number
+    return counts
+
+
+def summary(outcomes: Counter[str]) -> dict[str, int]:
+    """passed/failed/skipped/total from final outcomes' counts."""
+    passed = sum(outcomes[o] for o in TestResult.PASSING)
+    skipped = outcomes[TestResult.Outcome.SKIPPED]
+    total = sum(outcomes.values())
+    return {
+        "passed": passed,
+        "failed": total - passed - skipped,
+        "skipped": skipped,
+        "total": total,
+    }
 
 
 class Failure(models.Model):
@@ -158,6 +234,13 @@ class Failure(models.Model):
     decisive_line = models.TextField(blank=True)
     verdict = models.CharField(max_length=12, choices=Verdict.choices)
     verdict_reason = models.TextField(blank=True)
+
+    class Meta:
+        indexes = [
+            # The run page's groups (`Run.failure_groups`): each group's first failures
+            # and its size, read from the index in its order, without a sort.
+            models.Index(fields=["run", "category", "verdict", "id"], name="failure_run_group")
+        ]
 
     def __str__(self) -> str:
         return f"{self.result.node_id}: {self.category} ({self.verdict})"

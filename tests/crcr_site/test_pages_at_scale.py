@@ -1,0 +1,180 @@
+"""Pages at scale (issue 22): the review queue, a run page and a config page cost the same
+number of queries with a little data as with much more, made in bulk. (The HUD's own test
+is in tests/runs/test_hud.py.) `bench/pages_at_scale.py` times them at ten times that."""
+
+import re
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
+
+from runs import results
+from runs.models import Failure, Run, Shard, TestResult, Trigger
+from runs.models.runs import FAILURES_SHOWN
+from selection import configwriter
+from selection.models import ConfigVersion, Proposal
+from selection.views.configpage import LINES_SHOWN
+from tests.factories import make_backend, make_config, make_user
+
+pytestmark = pytest.mark.django_db
+
+HTMX = {"HTTP_HX_REQUEST": "true"}
+FAILING = ["failed", "error", "crashed", "timed_out"]
+CATEGORIES = ["unsupported_op", "numerical_mismatch", "crash"]
+
+
+def queries(client, url: str, **headers) -> tuple[int, str]:
+    """The number of SQL queries a GET of `url` costs, and the page's text."""
+    with CaptureQueriesContext(connection) as captured:
+        response = client.get(url, **headers)
+    assert response.status_code in (200, 286)  # 286: a finished run's partial stops polling
+    return len(captured), response.content.decode()
+
+
+def proposals(backend, start: int, count: int) -> None:
+    Proposal.objects.bulk_create(
+        Proposal(
+            backend=backend, file_path=f"test/test_file_{n % 20}.py", class_name=f"TestC{n % 7}",
+            test_name=f"test_{n}", mode=Proposal.Mode.SKIP, reason=f"reason {n}",
+            evidence={"unsupported_ops": ["lgamma.default"], "waiting_on": ["lgamma"]},
+            stage=Proposal.Stage.CLASSIFY,
+            status=Proposal.Status.APPROVED if n % 5 == 0 else Proposal.Status.PENDING,
+        )
+        for n in range(start, start + count)
+    )  # fmt: skip
+
+
+def test_the_review_queue_costs_the_same_queries_with_2000_proposals_as_with_40(client):
+    backend = make_backend("acme")
+    make_config(backend)
+    client.force_login(make_user("rita", "reviewer"))
+    urls = [
+        reverse("selection:proposal_list"),
+        reverse("selection:proposal_list") + "?backend=acme&status=pending&op=lgamma&page=2",
+    ]
+    proposals(backend, 0, 60)
+    few = [queries(client, url)[0] for url in urls]
+    proposals(backend, 60, 2_000)
+    many = [queries(client, url) for url in urls]
+    assert [count for count, _ in many] == few
+    assert "page 2 of" in many[1][1]
+
+
+def grow_run(run, first: int, tests: int, shards: int) -> None:
+    """`tests` more tests in `shards` more shards: one in 10 fails (a failure classified
+    for each, three categories), and one in 50 failed once and passed on its retry."""
+    made = Shard.objects.bulk_create(
+        Shard(run=run, index=first + n, test_ids=[f"t{first}_{n}_{k}" for k in range(tests // shards)],
+              status="done")
+        for n in range(shards)
+    )  # fmt: skip
+    rows = []
+    for number in range(tests):
+        shard, node = made[number % shards], f"test/test_big.py::TestBig::test_{first}_{number}"
+        outcome = FAILING[number % 4] if number % 10 == 0 else "passed"
+        retried = number % 50 == 5
+        rows.append(TestResult(shard=shard, run=run, node_id=node, file_path="test/test_big.py",
+                               test_name=f"test_{number}", outcome="failed" if retried else outcome,
+                               message="AssertionError: mismatch\nsecond line"))  # fmt: skip
+        if retried:
+            rows.append(TestResult(shard=shard, run=run, node_id=node, attempt=2,
+                                   file_path="test/test_big.py", test_name=f"test_{number}",
+                                   outcome="passed"))  # fmt: skip
+    results = TestResult.objects.bulk_create(rows, batch_size=2_000)
+    Failure.objects.bulk_create(
+        Failure(result=result, run=run, category=CATEGORIES[n % 3], verdict="regression",
+                verdict_reason="passed in the last green run")
+        for n, result in enumerate(r for r in results if r.outcome in FAILING)
+    )  # fmt: skip
+
+
+@pytest.fixture
+def big_run():
+    backend = make_backend("acme")
+    config = make_config(backend)
+    trigger = Trigger.objects.create(backend=backend, kind="nightly", pytorch_sha="a" * 40)
+    return Run.objects.create(
+        trigger=trigger, backend=backend, job_name="acme", backend_version="1",
+        pytorch_sha="a" * 40, test_suite_sha="a" * 40, config_version=config, status="failed",
+    )  # fmt: skip
+
+
+def test_a_run_page_costs_the_same_queries_with_5000_results_and_lists_a_summary(client, big_run):
+    client.force_login(make_user("vera"))
+    url = reverse("runs:run_detail", args=[big_run.uuid])
+    grow_run(big_run, 0, 100, 2)
+    few = [queries(client, url)[0], queries(client, url, **HTMX)[0]]
+    grow_run(big_run, 100, 5_000, 20)
+    (count, body), (partial, _) = queries(client, url), queries(client, url, **HTMX)
+    assert [count, partial] == few
+    # 5,100 tests at their final outcome: the 102 retried ones passed on their second attempt.
+    failed = TestResult.objects.filter(run=big_run, attempt=1, outcome__in=FAILING).count() - 102
+    assert f"{5_100 - failed} passed, {failed} failed, 0 skipped of 5100" in " ".join(body.split())
+    assert big_run.test_counts() == {"passed": 5_100 - failed, "failed": failed, "skipped": 0,
+                                     "total": 5_100}  # fmt: skip
+    listed = re.findall(r"<li><code>test/test_big\.py::", body)
+    assert len(listed) == 3 * FAILURES_SHOWN  # three groups, the first of each listed
+    shown = Failure.objects.filter(run=big_run, category="crash").count()
+    assert f"crash · regression ({shown})" in body
+    assert f"… and {shown - FAILURES_SHOWN} more crash · regression failures" in body
+    assert "<td>250</td>" in body  # a shard's test count, read without its list of ids
+    # Finished, the run stores its counts (as `finish_if_done` does): the page reads them.
+    big_run.summarise()
+    big_run.save(update_fields=["test_summary"])
+    TestResult.objects.filter(run=big_run).update(outcome="skipped")  # a count would differ
+    # Two queries fewer: no count of results, neither for the page nor for its trend.
+    assert big_run.test_counts()["total"] == 5_100
+    stored, body = queries(client, url)
+    assert stored == count - 2 and f"{failed} failed, 0 skipped of 5100" in " ".join(body.split())
+
+
+def config_text(entries: int) -> str:
+    decisions = [
+        configwriter.Decision(f"test/test_file_{n % 50}.py", "TestBig", f"test_{n}",
+                              "xfail" if n % 3 else "mandatory_success", f"reason {n}")
+        for n in range(entries)
+    ]  # fmt: skip
+    return configwriter.standalone("", decisions)
+
+
+def two_versions(backend, entries: int) -> ConfigVersion:
+    """v1 of `entries` - 5 entries, and v2 of `entries` (its parent v1)."""
+    first = make_config(backend, config_text(entries - 5))
+    second = make_config(backend, config_text(entries))
+    second.parent = first
+    second.save(update_fields=["parent"])
+    return second
+
+
+def test_a_config_page_costs_the_same_queries_with_1000_entries_as_with_10(client):
+    client.force_login(make_user("vera"))
+    small, big = make_backend("small"), make_backend("big")
+    two_versions(small, 10)
+    version = two_versions(big, 1_000)
+    few, _ = queries(client, reverse("selection:backendconfig_detail", args=["small"]))
+    url = reverse("selection:backendconfig_detail", args=["big"])
+    many, body = queries(client, url)
+    assert many == few
+    # The text is shown 1,000 lines at a time, the diff from v1 in full.
+    lines = version.yaml_text.count("\n")
+    assert f"Lines 1–{LINES_SHOWN} of {lines}" in body
+    assert f'id="L{LINES_SHOWN}"' in body and f'id="L{LINES_SHOWN + 1}"' not in body
+    assert body.count('class="src add"') == 15  # five entries of three lines each
+    later = re.search(r'<a href="([^"]+)">later lines', body)
+    assert later is not None
+    _, body = queries(client, url + later[1].replace("&amp;", "&"))
+    assert f"Lines {LINES_SHOWN + 1}–{2 * LINES_SHOWN} of {lines}" in body
+    assert f'id="L{LINES_SHOWN + 1}"' in body and "‹ earlier lines" in body
+
+
+def test_a_finished_run_stores_its_counts_for_the_pages(big_run):
+    Run.objects.filter(pk=big_run.pk).update(status="running")
+    grow_run(big_run, 0, 100, 2)  # shards done, ten failing tests, two retried and passed
+    Failure.objects.filter(run=big_run).delete()  # classified again as the run finishes
+    finished = results.finish_if_done(big_run.pk)
+    assert finished is not None and finished.status == "failed"
+    big_run.refresh_from_db()
+    # Tests 0, 10, … 90 fail (failed or crashed); 5 and 55 failed once, then passed.
+    assert big_run.test_summary == {"passed": 90, "failed": 5, "crashed": 5}
+    assert big_run.test_counts() == {"passed": 90, "failed": 10, "skipped": 0, "total": 100}
