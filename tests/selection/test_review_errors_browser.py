@@ -4,15 +4,20 @@ keeps the page and says why, in place."""
 import pytest
 from playwright.sync_api import expect
 
+from selection.models import Proposal
 from tests.factories import make_user
 from tests.selection.test_review_browser import queue_with_proposals, sign_in
 
+WINDOWS = [(1440, 900), (1024, 768)]
 
+
+@pytest.mark.parametrize(("width", "height"), WINDOWS)
 def test_a_refused_edit_shows_its_error_in_the_row_and_a_server_failure_a_notice(
-    page, transactional_db
+    page, transactional_db, width, height
 ):
     queue_with_proposals()
     make_user("rita", "reviewer")
+    page.set_viewport_size({"width": width, "height": height})
     sign_in(page, "rita")
     page.get_by_role("navigation").get_by_role("link", name="Review").click()
     page.evaluate("window.stillTheSamePage = true")
@@ -37,8 +42,8 @@ def test_a_refused_edit_shows_its_error_in_the_row_and_a_server_failure_a_notice
     assert page.evaluate("window.stillTheSamePage") is True
 
 
-@pytest.mark.parametrize(("width", "height"), [(1440, 900), (1024, 768)])
-def test_the_queue_fits_the_window_with_the_first_approve_in_view(
+@pytest.mark.parametrize(("width", "height"), WINDOWS)
+def test_the_queue_fits_the_window_with_the_first_approve_in_view_and_bulk_approval_asks_first(
     page, transactional_db, width, height
 ):
     queue_with_proposals()
@@ -54,3 +59,8 @@ def test_the_queue_fits_the_window_with_the_first_approve_in_view(
         box is not None and box["x"] + box["width"] <= width and box["y"] + box["height"] <= height
     )
     assert page.evaluate("document.documentElement.scrollWidth") <= width  # no sideways scroll
+
+    page.get_by_role("button", name="Approve all 5 matching").click()
+    expect(page.get_by_role("heading", name="Approve 5 proposals?")).to_be_visible()
+    assert page.evaluate("document.documentElement.scrollWidth") <= width
+    assert not Proposal.objects.filter(status="approved").exists()  # nothing changed yet
