@@ -60,20 +60,11 @@ def environment(workdir: Path) -> None:
     os.environ.setdefault("DATABASE_URL", f"sqlite:///{workdir / 'bench.sqlite3'}")
 
 
-def fill(count: int) -> tuple[Any, str]:
-    """A reviewer and a token; the bench backend's queue replaced by `count` proposals."""
-    from django.contrib.auth import get_user_model
-    from django.contrib.auth.models import Group
-    from django.db import connection
-
-    from runs.models import ApiToken, Backend
+def proposals(backend: Any, count: int) -> None:
+    """`count` pending skip proposals of `backend` over 20 files and 7 classes (a fifth
+    approved), replacing its queue."""
     from selection.models import Proposal
 
-    backend, _ = Backend.objects.get_or_create(
-        slug="bench-pages",
-        defaults={"name": "bench", "device_module": "selection.reuse.reference_device",
-                  "repository": "bench/bench"},
-    )  # fmt: skip
     Proposal.objects.filter(backend=backend).delete()
     files = [f"test/test_file_{n}.py" for n in range(20)]
     Proposal.objects.bulk_create(
@@ -89,8 +80,25 @@ def fill(count: int) -> tuple[Any, str]:
             )
             for n in range(count)
         ),
-        batch_size=2000,
+        batch_size=5000,
     )  # fmt: skip
+
+
+def fill(count: int) -> tuple[Any, str]:
+    """A reviewer and a token; the bench backend's queue replaced by `count` proposals."""
+    from django.contrib.auth import get_user_model
+    from django.contrib.auth.models import Group
+    from django.db import connection
+
+    from runs.models import ApiToken, Backend
+    from selection.models import Proposal
+
+    backend, _ = Backend.objects.get_or_create(
+        slug="bench-pages",
+        defaults={"name": "bench", "device_module": "selection.reuse.reference_device",
+                  "repository": "bench/bench"},
+    )  # fmt: skip
+    proposals(backend, count)
     if connection.vendor == "postgresql":
         # The steady state autovacuum keeps: no dead rows of earlier runs, fresh statistics.
         with connection.cursor() as cursor:

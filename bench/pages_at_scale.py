@@ -62,23 +62,7 @@ def queue_data(count: int) -> str:
 
     owner = backend(f"scale-queue-{count}")
     if Proposal.objects.filter(backend=owner).count() != count:
-        Proposal.objects.filter(backend=owner).delete()
-        files = [f"test/test_file_{n}.py" for n in range(20)]
-        Proposal.objects.bulk_create(
-            (
-                Proposal(
-                    backend=owner, file_path=files[n % 20], class_name=f"TestClass{n % 7}",
-                    test_name=f"test_{n}", mode=Proposal.Mode.SKIP,
-                    reason=f"needs an operator the device lacks ({n})",
-                    evidence={"unsupported_ops": ["lgamma.default" if n % 3 else "add.Tensor"],
-                              "waiting_on": ["lgamma" if n % 3 else "add"], "ops_under_test": 3},
-                    stage=Proposal.Stage.CLASSIFY,
-                    status=Proposal.Status.APPROVED if n % 5 == 0 else Proposal.Status.PENDING,
-                )
-                for n in range(count)
-            ),
-            batch_size=5000,
-        )  # fmt: skip
+        pages.proposals(owner, count)
     return pages.FILTERED.replace("bench-pages", owner.slug)
 
 
