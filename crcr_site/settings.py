@@ -304,6 +304,10 @@ CRCR_CLAIM_ATTEMPTS = env_int("CRCR_CLAIM_ATTEMPTS", 3, minimum=1)
 CRCR_LOST_WORK_SECONDS = env_int("CRCR_LOST_WORK_SECONDS", 120, minimum=1)
 # PyTorch's disabled tests (disabled-tests-condensed.json format); unset: none.
 CRCR_DISABLED_TESTS_FILE = env_str("CRCR_DISABLED_TESTS_FILE")
+# A test that passed only on a retry in this many of the backend's last
+# CRCR_QUARANTINE_WINDOW runs becomes a quarantine proposal (selection/promotion.py).
+CRCR_QUARANTINE_FLAKY_RUNS = env_int("CRCR_QUARANTINE_FLAKY_RUNS", 2, minimum=1)
+CRCR_QUARANTINE_WINDOW = env_int("CRCR_QUARANTINE_WINDOW", 10, minimum=1)
 CRCR_DISPATCH_MAX_BYTES = env_int("CRCR_DISPATCH_MAX_BYTES", 256 * 1024, minimum=1024)
 # A HUD callback still undelivered this long after it was written is given up (rejected,
 # with the reason): the relay keeps a dispatch's state for 3 days (CRCR_STATUS_TTL) and

@@ -71,6 +71,7 @@ def run_detail(request: HtmxHttpRequest, uuid: str) -> HttpResponse:
         "attempts": run.attempts.order_by("run_attempt"),
         "counts": run.test_counts(),
         "failure_groups": run.failure_groups(),
+        "unexpected": run.unexpected_passes(),
         "callbacks": run.callbacks.order_by("job_name", "created_at"),
         "nav": "runs",
     }

@@ -349,6 +349,7 @@ class Proposal(models.Model):
         ENABLE_OP = "enable_op", "enable an operator"
         UPGRADE = "upgrade", "PyTorch upgrade"
         QUARANTINE = "quarantine", "flaky quarantine"
+        PROMOTE = "promote", "promotion from a CI run"
 
     class Status(models.TextChoices):
         PENDING = "pending", "pending"

@@ -185,7 +185,7 @@ def stage4(
             tree, text, backend.device_module, capabilities, folder, progress
         )
     observed = refine.observe(records, tree, list(decisions))
-    history = refine.flaky_history(backend.pk, set(decisions))
+    history = refine.flaky_history(backend.pk, set(decisions), settings.CRCR_QUARANTINE_WINDOW)
     corrected = 0
     for key, decision in decisions.items():
         seen = observed.get(key)
@@ -212,7 +212,8 @@ def stage4(
             decision.evidence["flaky_history"] = runs
     for key, runs in history.items():
         held = decisions.get(key)
-        if held is not None and len(runs) >= 2 and held.stage != Proposal.Stage.QUARANTINE:
+        often = len(runs) >= settings.CRCR_QUARANTINE_FLAKY_RUNS
+        if held is not None and often and held.stage != Proposal.Stage.QUARANTINE:
             held.mode, held.edits = "xfail", {}
             held.stage = Proposal.Stage.QUARANTINE
             held.reason = f"flaky in {len(runs)} of the recent CI runs: quarantined"

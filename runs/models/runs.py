@@ -169,6 +169,14 @@ class Run(Leased):
             each["more"] = max(0, each["count"] - len(each["failures"]))
         return list(groups.values())
 
+    def unexpected_passes(self) -> dict[str, Any]:
+        """Tests listed xfail that passed (XPASS, strict or not): how many, the first few.
+        Never failures: the review queue holds their promotion proposals."""
+        passed = self.results.filter(outcome="xpassed")  # the (run, outcome) index
+        first = list(passed.order_by("node_id").values_list("node_id", "mode")[:FAILURES_SHOWN])
+        count = passed.count() if len(first) == FAILURES_SHOWN else len(first)
+        return {"count": count, "first": first, "more": count - len(first)}
+
     def page_url(self) -> str:
         """The absolute URL of the run's page, for links crcr sends out."""
         base = settings.CRCR_PUBLIC_URL.rstrip("/")

@@ -57,6 +57,16 @@ def _device(device: dict[str, Any]) -> SafeString:
     return mark_safe(summary + "".join(failures))  # parts built by format_html
 
 
+def _ci_run(seen: dict[str, Any]) -> SafeString:
+    get = seen.get
+    return format_html(
+        '<li>in CI run <a href="{}">{}</a>: {} of {} variant(s) passed unexpectedly '
+        "(listed {})</li>",
+        uuid_url("runs:run_detail", get("run", "")), get("job", ""),
+        get("unexpected_passes", ""), get("variants", ""), get("listed", ""),
+    )  # fmt: skip
+
+
 @register.filter
 def evidence(ev: dict[str, Any]) -> SafeString:
     """A proposal's evidence as the queue's list: ops, dtypes, device outcome, CPU failure."""
@@ -86,6 +96,8 @@ def evidence(ev: dict[str, Any]) -> SafeString:
             '<li><details><summary>failed on the CPU too</summary><pre class="raw">{}</pre>'
             "</details></li>", ev["cpu_failure"],
         ))  # fmt: skip
+    if get("ci_run"):
+        items.append(_ci_run(ev["ci_run"]))
     if get("flaky_history"):
         items.append(format_html("<li>flaky in {} recent run(s)</li>", len(ev["flaky_history"])))
     for key in sorted(set(ev) - SHOWN):  # anything else a stage recorded, in words
@@ -100,6 +112,7 @@ SHOWN = frozenset(
     {
         "unsupported_ops", "waiting_on", "ops_under_test", "helper_ops", "dtypes",
         "supported_dtypes", "restrictions", "stage1", "device", "cpu_failure", "flaky_history",
+        "ci_run",
     }
 )  # fmt: skip
 

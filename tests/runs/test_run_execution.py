@@ -1,7 +1,6 @@
 """A whole run over the bundled upstream-style tree on the reference device,
 planned and executed by a real Celery worker on Redis and PostgreSQL."""
 
-import json
 import os
 import subprocess
 import sys
@@ -12,7 +11,7 @@ import pytest
 from runs import planning, triggers
 from runs.models import Dispatch, Failure, Run, Shard, TestResult
 from runs.relay.simulator import RelaySimulator
-from runs.report_files import canonical
+from runs.report_files import read_progress
 from tests.dispatches import pr_dispatch
 from tests.factories import make_backend, make_config
 from tests.runs.treeconfig import TREE, tree_config
@@ -40,13 +39,14 @@ def direct_outcomes(tmp_path) -> dict[str, str]:
         ],
         cwd=TREE, env=env, capture_output=True, timeout=600,
     )  # fmt: skip
-    outcomes = {}
-    for line in progress.read_text().splitlines():
-        entry = json.loads(line)
-        # A direct run reports the config's skips as skipped; a crcr run never plans them.
-        if entry.get("event") == "finish" and ["mode", "skip"] not in entry["properties"]:
-            outcomes[canonical(entry["node_id"])] = entry["outcome"]
-    return outcomes
+    # Read as crcr reads a shard's log (a strict XPASS is an unexpected pass). A direct
+    # run reports the config's skips as skipped; a crcr run never plans them.
+    records, _ = read_progress(progress, ended=True)
+    return {
+        node_id: record.outcome
+        for node_id, record in records.items()
+        if ["mode", "skip"] not in record.properties
+    }
 
 
 @pytest.fixture(scope="module")
@@ -94,6 +94,7 @@ def finished_run(django_db_setup, django_db_blocker, celery_worker_session, tmp_
         Run.objects.filter(pk=run.pk).delete()
         trigger.delete()
         dispatch.delete()
+        backend.proposals.all().delete()  # the run's promotion proposal
         backend.config_versions.all().delete()
         backend.delete()
     settings.MEDIA_ROOT, settings.CRCR_TEST_TIMEOUT, settings.CRCR_HEARTBEAT_SECONDS = old
@@ -188,3 +189,11 @@ def test_each_shard_is_a_hud_job_with_one_in_progress_then_one_completed(finishe
             assert body["workflow"]["test_results"] == shard.test_counts()
     shards = finished_run.shards.count()
     assert jobs == {f"treerun / shard {i}": ["in_progress", "completed"] for i in range(shards)}
+
+
+def test_the_strict_xfail_that_passed_is_an_unexpected_pass_proposed_for_promotion(finished_run):
+    passes_today = next(v for k, v in attempts_of(finished_run).items() if "test_passes_today" in k)
+    assert [(r.outcome, r.mode) for r in passes_today] == [("xpassed", "xfail_strict")]
+    assert not Failure.objects.filter(run=finished_run, result__in=passes_today).exists()
+    promoted = finished_run.backend.proposals.get(stage="promote")
+    assert (promoted.test_name, promoted.mode) == ("test_passes_today", "mandatory_success")

@@ -27,7 +27,7 @@ def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, s
 def test_validate_accepts_the_demo_config(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run_cli(capsys, "validate", DEMO)
     assert code == 0
-    assert out.startswith("OK: 1 config(s), 5 files entries (5 files), 5 tests entries")
+    assert out.startswith("OK: 1 config(s), 5 files entries (5 files), 6 tests entries")
 
 
 def test_validate_reports_every_problem_with_its_position(
@@ -107,7 +107,7 @@ def test_list_counts_generic_tests_per_file_and_mode(capsys: pytest.CaptureFixtu
     rows = {line.split()[0]: line.split()[1:] for line in out.splitlines()[1:]}
     # columns: mandatory_success, xfail, xfail_strict, skip
     assert rows[f"{TREE.relative_to(ROOT)}/test/test_dtypes_reuse.py"] == ["7", "1", "0", "1"]
-    assert rows[f"{TREE.relative_to(ROOT)}/test/test_plain_reuse.py"] == ["5", "1", "0", "0"]
+    assert rows[f"{TREE.relative_to(ROOT)}/test/test_plain_reuse.py"] == ["4", "1", "1", "0"]
 
 
 def test_the_module_runs_as_a_command() -> None:
