@@ -4,6 +4,7 @@ import re
 from django import forms
 from django.db.models import Exists, OuterRef, Q, QuerySet
 
+from runs.models import Backend
 from selection.models import OpUsage, Proposal, UpstreamTest
 
 
@@ -156,3 +157,23 @@ class ConfigViewForm(forms.Form):
     view = forms.ChoiceField(
         required=False, choices=[("unified", "unified"), ("split", "split")], label="Diff view"
     )
+
+
+class OnboardingForm(forms.ModelForm):
+    """A backend's profile and its first config file (the admin-only onboarding page)."""
+
+    config = forms.FileField(label="First config file", help_text="crcr or Torch Spyre YAML")
+    config_format = forms.ChoiceField(
+        label="Config format",
+        choices=[("crcr", "crcr (as it is)"), ("spyre", "Torch Spyre (imported)")],
+    )
+
+    class Meta:
+        model = Backend
+        fields = [
+            "slug", "name", "repository", "device_module", "version", "tracked_release",
+            "relay_url", "relay_mode", "relay_sender", "relay_token",
+        ]  # fmt: skip
+
+    def profile(self) -> dict[str, object]:
+        return {name: self.cleaned_data[name] for name in self.Meta.fields}

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from selection.views import configpage, configprs, pipeline, review
+from selection.views import configpage, configprs, onboarding, pipeline, review
 
 app_name = "selection"
 urlpatterns = [
@@ -36,6 +36,7 @@ urlpatterns = [
         configprs.configversion_patch,
         name="configversion_patch",
     ),
+    path("backends/new/", onboarding.backend_create, name="backend_create"),
     path("configs/<slug:slug>/", configpage.backendconfig_detail, name="backendconfig_detail"),
     path(
         "configs/<slug:slug>/v<int:number>/",

@@ -9,6 +9,9 @@
 - ``lint --config CONFIG... [--strict]``: collects like ``list --collect``, then one
   line per dead, duplicate, conflicting or variant-spelled name (``lint.py``);
   ``--strict`` makes any problem exit 1 (a CI step), else they are warnings.
+- ``import-spyre SRC... -o OUT``: Torch Spyre configs (files or folders) rewritten in
+  crcr's strict form with Spyre's meaning made explicit (``spyre.py``), and one report
+  of what was dropped or written out, per key with a count.
 Exit codes: 0 fine, 1 a test id/tree problem (or a lint problem under --strict),
 2 an invalid config.
 """
@@ -38,6 +41,8 @@ from .static_scan import resolve_test_id, scan_file
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
+    if args.command == "import-spyre":
+        return _import_spyre(args)
     try:
         config = load_configs(
             args.configs, {"TORCH_ROOT": args.torch_root, "TORCH_DEVICE_ROOT": args.device_root}
@@ -84,7 +89,50 @@ def _parser() -> argparse.ArgumentParser:
     lint.add_argument("--device", help="device module the collection imports")
     lint.add_argument("--strict", action="store_true", help="exit 1 on any problem (for CI)")
     lint.set_defaults(handler=_lint)
+    spyre = commands.add_parser(
+        "import-spyre", help="rewrite Torch Spyre configs in crcr's strict form"
+    )
+    spyre.add_argument("sources", nargs="+", help="Spyre config files, or folders of them")
+    spyre.add_argument(
+        "-o", "--output", required=True,
+        help="a file (one source file) or a folder (mirrors the sources' layout)",
+    )  # fmt: skip
     return parser
+
+
+def _import_spyre(args: argparse.Namespace) -> int:
+    """Import every source; write each next to the others under OUT; print the report."""
+    from .spyre import ImportProblem, ImportReport, import_text
+
+    found: list[tuple[Path, Path]] = []  # (source, path relative to the output)
+    for source in map(Path, args.sources):
+        if source.is_dir():
+            for path in sorted(source.rglob("*.y*ml")):
+                found.append((path, path.relative_to(source.parent)))
+        elif source.is_file():
+            found.append((source, Path(source.name)))
+        else:
+            print(f"error: {source}: no such file or folder", file=sys.stderr)
+            return 2
+    output = Path(args.output)
+    single = len(found) == 1 and not output.is_dir() and not args.output.endswith("/")
+    report, problems = ImportReport(), []
+    for source, relative in found:
+        try:
+            text = source.read_text(encoding="utf-8")
+            if len(found) > 1 and "test_suite_config" not in text:
+                continue  # a folder's other YAML files (CI, models) are not configs
+            imported, _ = import_text(text, str(source), report)
+        except (ImportProblem, OSError, UnicodeDecodeError) as error:
+            problems.append(str(error))
+            continue
+        target = output if single else output / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(imported, encoding="utf-8")
+    print(report.text())
+    for problem in problems:
+        print(f"error: {problem}", file=sys.stderr)
+    return 2 if problems or not report.configs else 0
 
 
 def _validate(config: Config, args: argparse.Namespace) -> int:

@@ -46,7 +46,8 @@ SPYRE_ONLY = {
     "functions": "torch-spyre's function edits (cpu_move)",
     "input_config": "torch-spyre's input generation settings",
     "sample_inputs_func": "torch-spyre's model-op sample inputs",
-    "description": "torch-spyre's model-op descriptions",
+    "cases": "torch-spyre's model-op cases",
+    "module_path": "torch-spyre's custom modules",
 }
 
 
@@ -135,7 +136,12 @@ class _Reader:
 
     @staticmethod
     def _unknown_key(key: str, where: str, allowed: Sequence[str]) -> str:
-        hint = f" ({SPYRE_ONLY[key]} are not supported by crcr)" if key in SPYRE_ONLY else ""
+        hint = (
+            f" ({SPYRE_ONLY[key]} are not supported by crcr; for a Torch Spyre config run"
+            " `python -m selection.reuse import-spyre`)"
+            if key in SPYRE_ONLY
+            else ""
+        )
         return f"unknown key '{key}' in {where}{hint}; allowed: {', '.join(allowed)}"
 
     def sequence(self, node: yaml.Node, where: str) -> list[yaml.Node]:
@@ -218,7 +224,10 @@ class _Reader:
         return labels
 
     def _file(self, node: yaml.Node) -> FileEntry:
-        fields = self.mapping(node, "a files entry", ["path", "unlisted_test_mode", "tests"])
+        fields = self.mapping(
+            node, "a files entry", ["path", "unlisted_test_mode", "tests", "description"]
+        )
+        self._description(fields)
         entry = FileEntry(path="", pattern="", files=(), pos=self.pos(node))
         if "path" not in fields:
             self.error(node, "a files entry needs a 'path'")
@@ -272,7 +281,9 @@ class _Reader:
         return expanded if ok else None
 
     def _test(self, node: yaml.Node) -> TestEntry:
-        fields = self.mapping(node, "a tests entry", ["names", "mode", "tags", "edits"])
+        fields = self.mapping(
+            node, "a tests entry", ["names", "mode", "tags", "edits", "description"]
+        )
         names = self._names(fields["names"]) if "names" in fields else ()
         if "names" not in fields:
             self.error(node, "a tests entry needs 'names'")
@@ -289,7 +300,7 @@ class _Reader:
             pos=self.pos(node),
             tags=tags,
             edits=edits,
-            reason=self._comment_above(node),
+            reason=self._description(fields) or self._comment_above(node),
         )
 
     def _names(self, node: yaml.Node) -> tuple[NamePattern, ...]:
@@ -332,6 +343,12 @@ class _Reader:
             elif tag is not None:
                 tags.append(tag)
         return tuple(tags)
+
+    def _description(self, fields: dict[str, Any]) -> str:
+        """An item's `description` (accepted on every entry and item): its reason."""
+        if "description" not in fields:
+            return ""
+        return (self.string(fields["description"], "description") or "").strip()
 
     def _comment_above(self, node: yaml.Node) -> str:
         """The comment lines right above an entry: its reason, by convention."""
@@ -378,7 +395,10 @@ class _Reader:
         )
 
     def _dtype(self, node: yaml.Node, where: str) -> DtypeSpec | None:
-        fields = self.mapping(node, f"a dtype in {where}", ["name", "precision", "force_xfail"])
+        fields = self.mapping(
+            node, f"a dtype in {where}", ["name", "precision", "force_xfail", "description"]
+        )
+        self._description(fields)
         if "name" not in fields:
             if isinstance(node, yaml.MappingNode):
                 self.error(node, f"a dtype in {where} needs a 'name'")
@@ -403,7 +423,10 @@ class _Reader:
         return Precision(atol=values.get("atol"), rtol=values.get("rtol"))
 
     def _op(self, node: yaml.Node, where: str) -> OpSpec | None:
-        fields = self.mapping(node, f"an op in {where}", ["name", "dtypes", "force_xfail"])
+        fields = self.mapping(
+            node, f"an op in {where}", ["name", "dtypes", "force_xfail", "description"]
+        )
+        self._description(fields)
         name = self._dotted_name(fields, node, f"an op in {where}", "op")
         dtypes = None
         if "dtypes" in fields:
@@ -421,7 +444,8 @@ class _Reader:
         if isinstance(node, yaml.ScalarNode):
             name = self._check_name(node, self.string(node, "a module name"), "module")
         else:
-            fields = self.mapping(node, f"a module in {where}", ["name"])
+            fields = self.mapping(node, f"a module in {where}", ["name", "description"])
+            self._description(fields)
             name = self._dotted_name(fields, node, f"a module in {where}", "module")
         return ModuleSpec(name=name, pos=self.pos(node)) if name else None
 

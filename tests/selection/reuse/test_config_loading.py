@@ -142,7 +142,8 @@ test_suite_config:
     path = write(tmp_path, text)
     assert problems_of([path]) == [
         f"{path}:8:13: unknown key 'functions' in edits (torch-spyre's function edits "
-        "(cpu_move) are not supported by crcr); allowed: dtypes, ops, modules"
+        "(cpu_move) are not supported by crcr; for a Torch Spyre config run "
+        "`python -m selection.reuse import-spyre`); allowed: dtypes, ops, modules"
     ]
 
 

@@ -1,0 +1,280 @@
+"""Import Torch Spyre's test configs into crcr's strict form, keeping Spyre's meaning.
+
+Spyre's OOT test framework reads the same schema family with looser rules (its
+pydantic models drop unknown keys, and its defaults differ). The importer rewrites
+a Spyre config so crcr's loader reads it and selects what Spyre's framework would:
+- Spyre's defaults written out: a tests entry without `mode` is `mandatory_success`;
+  a file without `unlisted_test_mode` is `xfail` (crcr's default is `skip`);
+- `names` as a string becomes a list; a glob-like or regex class part
+  (`'*TestModule*::test_forward'`) is dropped, since Spyre never matches the class:
+  the name then matches the method in every class, as in Spyre;
+- `supported_ops` / `supported_modules` written as plain strings become `{name: …}`;
+  an empty `supported_ops: []` (Spyre: no filter) is dropped (crcr: nothing supported);
+- labels outside crcr's tiers (`full`, `core`, …) are kept as tags `testtype__<label>`
+  on every tests entry (Spyre marks each test so);
+- `edits.ops.include` is dropped: Spyre applies it only inside its own model-ops test,
+  where it describes sample inputs, so on any other test crcr would add ops Spyre never runs;
+- `description` stays: crcr reads it as the entry's reason.
+Whatever has no meaning for crcr (sample inputs, model-op kwargs, custom module
+constructors, `cpu_move`, input seeds, top-level `cases`, …) is removed and reported
+once per key with how often it occurred (`ImportReport`). Comments are kept (ruamel.yaml
+round trip), so reasons written as comments stay reasons.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from ruamel.yaml import YAML
+from ruamel.yaml.comments import CommentedMap, CommentedSeq
+
+from .schema import LABELS, TAG_FORM
+
+SPYRE_MODE = "mandatory_success"  # an entry without `mode`
+SPYRE_UNLISTED = "xfail"  # a file without `unlisted_test_mode`
+
+# Keys crcr drops, with why (the report's wording), by the key's place.
+WHY = {
+    "cases": "model-op cases (Spyre's model-ops test only)",
+    "global.input_config": "Spyre's input seeds for its model-ops samples",
+    "files.labels": "per-file labels (Spyre fills them when it merges configs)",
+    "tests.labels": "per-entry TEST_TYPE filter of Spyre's runner",
+    "tests.no_grad": "Spyre's no_grad wrapper",
+    "edits.ops.include": "op includes: Spyre applies them only to its model-ops test",
+    "edits.functions": "function edits (cpu_move) are not implemented by crcr yet",
+    "edits.dtypes.include.force_xfail": "never read by Spyre on an edit",
+    "edits.modules.include.module_path": "custom modules built from an import path",
+    "edits.modules.include.constructor_inputs": "custom module constructor inputs",
+    "edits.modules.include.forward_inputs": "custom module forward inputs",
+    "edits.modules.include.sample_inputs_func": "custom module sample inputs",
+    "edits.modules.include.apply_device_layout": "Spyre's device layout flag",
+    "supported_modules.force_xfail": "never read by Spyre",
+    "supported_modules.dtypes": "per-module dtypes of Spyre's custom modules",
+    "supported_modules.constructor_inputs": "custom module constructor inputs",
+    "supported_modules.forward_inputs": "custom module forward inputs",
+    "supported_ops.empty": "an empty supported_ops list (Spyre: no op filter)",
+    "names.class_pattern": "class patterns (Spyre ignores the class part of a name)",
+    "tags.invalid": "tags that are not marker names",
+}
+KEYS = {
+    "suite": ("labels", "files", "global"),
+    "file": ("path", "unlisted_test_mode", "tests", "description"),
+    "test": ("names", "mode", "tags", "edits", "description"),
+    "edits": ("dtypes", "ops", "modules"),
+    "dtype": ("name", "precision", "force_xfail", "description"),
+    "op": ("name", "dtypes", "force_xfail", "description"),
+    "module": ("name", "description"),
+    "global": ("supported_dtypes", "supported_ops", "supported_modules"),
+}
+CLASS_LITERAL = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+class ImportProblem(Exception):
+    """The text is not a Spyre config at all (not YAML, or no test_suite_config)."""
+
+
+@dataclass
+class ImportReport:
+    """What the importer dropped or made explicit, counted per key over every config."""
+
+    dropped: Counter[str] = field(default_factory=Counter)
+    explicit: Counter[str] = field(default_factory=Counter)
+    configs: int = 0
+
+    def text(self) -> str:
+        lines = [f"imported {self.configs} Torch Spyre config(s)"]
+        if self.explicit:
+            lines.append("made explicit (Spyre's meaning, written out):")
+            lines += [f"  {count:7d}  {what}" for what, count in sorted(self.explicit.items())]
+        if self.dropped:
+            lines.append("dropped (no meaning for a privateuse1 backend in crcr):")
+            for key, count in sorted(self.dropped.items(), key=lambda kv: (-kv[1], kv[0])):
+                why = WHY.get(key) or (
+                    "part of the op includes dropped above"
+                    if key.startswith("edits.ops.include.")
+                    else "not read by Spyre's framework either"
+                )
+                lines.append(f"  {count:7d}  {key}: {why}")
+        return "\n".join(lines)
+
+
+def _yaml() -> YAML:
+    yaml = YAML()  # round trip: comments and key order stay
+    yaml.width = 4096
+    yaml.preserve_quotes = True
+    return yaml
+
+
+def import_text(
+    text: str, name: str, report: ImportReport | None = None
+) -> tuple[str, ImportReport]:
+    """A Spyre config's text in crcr's strict form, and the report (added to `report`)."""
+    report = report if report is not None else ImportReport()
+    try:
+        document = _yaml().load(text)
+    except Exception as error:  # ruamel raises many kinds; all mean "not YAML"
+        raise ImportProblem(f"{name}: not YAML ({error})") from None
+    if not isinstance(document, dict) or "test_suite_config" not in document:
+        raise ImportProblem(f"{name}: no top-level 'test_suite_config' (not a Spyre config)")
+    _Importer(report).document(document)
+    report.configs += 1
+    out = io.StringIO()
+    _yaml().dump(document, out)
+    return out.getvalue(), report
+
+
+class _Importer:
+    def __init__(self, report: ImportReport):
+        self.report = report
+
+    def drop(self, mapping: Any, allowed: tuple[str, ...], place: str) -> None:
+        for key in [k for k in mapping if k not in allowed]:
+            self.report.dropped[f"{place}.{key}" if place else str(key)] += 1
+            del mapping[key]
+
+    def document(self, document: Any) -> None:
+        self.drop(document, ("test_suite_config",), "")
+        suite = document["test_suite_config"]
+        if not isinstance(suite, dict):
+            return  # crcr's loader names the problem
+        if "global_config" in suite and "global" not in suite:
+            suite["global"] = suite.pop("global_config")
+        self.drop(suite, KEYS["suite"], "test_suite_config")
+        extra_tags = self.labels(suite)
+        for entry in suite.get("files") or []:
+            if isinstance(entry, dict):
+                self.file(entry, extra_tags)
+        if isinstance(suite.get("global"), dict):
+            self.global_(suite["global"])
+
+    def labels(self, suite: Any) -> list[str]:
+        labels = suite.get("labels")
+        if not isinstance(labels, list):
+            return []
+        other = [str(label) for label in labels if label not in LABELS]
+        if other:
+            suite["labels"] = CommentedSeq(label for label in labels if label in LABELS)
+            self.report.explicit["labels outside crcr's tiers kept as testtype__ tags"] += len(
+                other
+            )
+            if not suite["labels"]:
+                del suite["labels"]
+        return [f"testtype__{label}" for label in other if TAG_FORM.fullmatch(label)]
+
+    def file(self, entry: Any, extra_tags: list[str]) -> None:
+        self.drop(entry, KEYS["file"], "files")
+        path = entry.get("path")
+        if isinstance(path, str) and "${PYTORCH}" in path:
+            # The first Spyre configs (March 2026) named the PyTorch checkout so.
+            entry["path"] = path.replace("${PYTORCH}", "${TORCH_ROOT}")
+            self.report.explicit["${PYTORCH} (Spyre's first token) as ${TORCH_ROOT}"] += 1
+        if "unlisted_test_mode" not in entry:
+            entry.insert(_after(entry, "path"), "unlisted_test_mode", SPYRE_UNLISTED)
+            self.report.explicit[f"unlisted_test_mode: {SPYRE_UNLISTED} (Spyre's default)"] += 1
+        for test in entry.get("tests") or []:
+            if isinstance(test, dict):
+                self.test(test, extra_tags)
+
+    def test(self, test: Any, extra_tags: list[str]) -> None:
+        self.drop(test, KEYS["test"], "tests")
+        names = test.get("names")
+        if isinstance(names, str):
+            test["names"] = names = CommentedSeq([names])
+            self.report.explicit["names written as one string, as a list"] += 1
+        if isinstance(names, list):
+            for index, name in enumerate(names):
+                if isinstance(name, str):
+                    names[index] = self.name(name)
+        if "mode" not in test:
+            test.insert(_after(test, "names"), "mode", SPYRE_MODE)
+            self.report.explicit[f"mode: {SPYRE_MODE} (Spyre's default)"] += 1
+        tags = test.get("tags")
+        if isinstance(tags, list):
+            for tag in [t for t in tags if not (isinstance(t, str) and TAG_FORM.fullmatch(t))]:
+                tags.remove(tag)
+                self.report.dropped["tags.invalid"] += 1
+        if extra_tags:
+            current = test.get("tags") if isinstance(tags, list) else None
+            merged = list(current or []) + [t for t in extra_tags if t not in (current or [])]
+            if current is None:
+                test["tags"] = CommentedSeq(merged)
+            else:
+                current[:] = merged
+        if isinstance(test.get("edits"), dict):
+            self.edits(test["edits"])
+            if not test["edits"]:
+                del test["edits"]
+
+    def name(self, name: str) -> str:
+        cls, sep, method = name.rpartition("::")
+        if sep and not CLASS_LITERAL.fullmatch(cls):
+            self.report.dropped["names.class_pattern"] += 1
+            return method
+        return name
+
+    def edits(self, edits: Any) -> None:
+        if "functions" in edits:
+            self.report.dropped["edits.functions"] += 1
+            del edits["functions"]
+        self.drop(edits, KEYS["edits"], "edits")
+        ops = edits.get("ops")
+        if isinstance(ops, dict):
+            if "include" in ops:
+                included = ops.pop("include") or []
+                self.report.dropped["edits.ops.include"] += len(included)
+                for item in included:
+                    for key in item if isinstance(item, dict) else ():
+                        if key != "name":
+                            self.report.dropped[f"edits.ops.include.{key}"] += 1
+            self.items(ops.get("exclude"), KEYS["op"], "edits.ops.exclude")
+            if not ops:
+                del edits["ops"]
+        dtypes = edits.get("dtypes")
+        if isinstance(dtypes, dict):
+            for way in ("include", "exclude"):
+                self.items(dtypes.get(way), KEYS["dtype"], f"edits.dtypes.{way}")
+        modules = edits.get("modules")
+        if isinstance(modules, dict):
+            for way in ("include", "exclude"):
+                self.items(modules.get(way), KEYS["module"], f"edits.modules.{way}")
+
+    def items(self, items: Any, allowed: tuple[str, ...], place: str) -> None:
+        for item in items if isinstance(items, list) else ():
+            if isinstance(item, dict):
+                if place == "edits.dtypes.include" and "force_xfail" in item:
+                    self.report.dropped[f"{place}.force_xfail"] += 1
+                    del item["force_xfail"]
+                self.drop(item, allowed, place)
+
+    def global_(self, section: Any) -> None:
+        self.drop(section, KEYS["global"], "global")
+        self.items(section.get("supported_dtypes"), KEYS["dtype"], "supported_dtypes")
+        ops = section.get("supported_ops")
+        if isinstance(ops, list) and not ops:
+            self.report.dropped["supported_ops.empty"] += 1
+            del section["supported_ops"]
+        elif isinstance(ops, list):
+            self.named(ops, "supported_ops")
+            self.items(ops, KEYS["op"], "supported_ops")
+            for op in ops:
+                if isinstance(op, dict):
+                    self.items(op.get("dtypes"), KEYS["dtype"], "supported_ops.dtypes")
+        modules = section.get("supported_modules")
+        if isinstance(modules, list):
+            self.items(modules, KEYS["module"], "supported_modules")
+
+    def named(self, items: list[Any], place: str) -> None:
+        for index, item in enumerate(items):
+            if isinstance(item, str):
+                items[index] = CommentedMap(name=item)
+                self.report.explicit[f"{place} written as strings, as {{name: …}}"] += 1
+
+
+def _after(mapping: Any, key: str) -> int:
+    """The position just after `key` (the end when it is missing)."""
+    keys = list(mapping)
+    return keys.index(key) + 1 if key in keys else len(keys)

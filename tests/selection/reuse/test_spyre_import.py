@@ -1,0 +1,158 @@
+"""Torch Spyre's configs imported into crcr's strict form, with Spyre's meaning kept.
+
+The config below is written in the shapes the published Spyre configs use (model-op
+samples, op-level tags, custom modules, cpu_move, `cases`, free-form labels, glob-like
+class parts, Spyre's defaults), pointed at the bundled upstream-style tree."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from selection.reuse.cli import main
+from selection.reuse.loader import ConfigError, load_configs
+from selection.reuse.spyre import ImportProblem, import_text
+
+from .conftest import TREE
+
+SPYRE = """\
+test_suite_config:
+  labels: [full, trunk]
+  files:
+    - path: ${TORCH_ROOT}/test/test_plain_reuse.py
+      labels: [full]
+      tests:
+        # Why: the sum kernel is exact.
+        - names: TestPlainMath::test_sum
+        - names: ['*TestPlain*::test_wrong_on_purpose']
+          mode: xfail
+          description: asserts 11 == 10 on purpose
+          tags: [issue-2508, "not a marker"]
+        - names: [TestSpyreModelOps::test_model_ops_db]
+          mode: mandatory_success
+          edits:
+            ops:
+              include:
+                - name: torch.mul
+                  description: mul of two fp16 tensors
+                  tags: [fp32operation, torch.mul.3]
+                  sample_inputs_func:
+                    args:
+                      - tensor: {shape: [2, 3], dtype: float16, device: spyre, init: rand}
+                  kwargs: {dim: 1}
+              exclude:
+                - {name: lgamma, description: no kernel}
+            modules:
+              include:
+                - name: GraniteRMSNorm
+                  description: the model's norm
+                  module_path: transformers.models.granite.modeling_granite.GraniteRMSNorm
+                  constructor_inputs: {args: [{value: 64}]}
+            functions:
+              cpu_move: [{name: assertEqual}]
+  global:
+    supported_ops: [add, {name: sub, force_xfail: true}]
+    supported_dtypes:
+      - {name: float16, description: the device's native type, precision: {atol: 1e-2, rtol: "1e-2"}}
+    input_config: {seed: 42}
+cases: []
+"""
+
+
+def imported(tmp_path: Path) -> tuple[Path, str]:
+    text, report = import_text(SPYRE, "spyre_config.yaml")
+    path = tmp_path / "imported.yaml"
+    path.write_text(text)
+    return path, report.text()
+
+
+def test_a_spyre_config_imports_validates_and_keeps_its_meaning(tmp_path):
+    path, report = imported(tmp_path)
+    config = load_configs([path], {"TORCH_ROOT": str(TREE)})
+    entry = config.files[0]
+    # Spyre's defaults written out: unlisted tests xfail, an entry without mode must pass.
+    assert entry.unlisted_test_mode == "xfail"
+    sum_entry, wrong, model_ops = entry.tests
+    assert (
+        sum_entry.mode == "mandatory_success"
+        and sum_entry.reason == "Why: the sum kernel is exact."
+    )
+    # The class pattern Spyre never matched is gone: the method matches in every class.
+    assert [n.text for n in wrong.names] == ["test_wrong_on_purpose"]
+    assert wrong.reason == "asserts 11 == 10 on purpose"
+    assert wrong.tags == ("issue-2508", "testtype__full")
+    assert config.labels == ("trunk",)
+    # Op includes (Spyre applies them to its model-ops test only) dropped; excludes kept.
+    assert not model_ops.edits.ops.include
+    assert [o.name for o in model_ops.edits.ops.exclude] == ["lgamma"]
+    assert [m.name for m in model_ops.edits.modules.include] == ["GraniteRMSNorm"]
+    assert [o.name for o in config.global_.supported_ops or ()] == ["add", "sub"]
+    assert config.global_.supported_dtypes[0].precision.rtol == 0.01
+
+
+def test_the_report_groups_what_was_dropped_once_per_key_with_a_count(tmp_path):
+    text, report = import_text(SPYRE, "a.yaml")
+    import_text(SPYRE, "b.yaml", report)  # two configs, one report
+    lines = report.text().splitlines()
+    assert lines[0] == "imported 2 Torch Spyre config(s)"
+    counted = {line.split(":")[0].split(maxsplit=1)[1]: int(line.split()[0]) for line in lines
+               if line.startswith("  ")}  # fmt: skip
+    assert counted["edits.ops.include"] == 2
+    assert counted["edits.ops.include.sample_inputs_func"] == 2
+    assert counted["edits.ops.include.kwargs"] == 2
+    assert counted["edits.modules.include.module_path"] == 2
+    assert counted["edits.functions"] == 2
+    assert counted["cases"] == 2 and counted["global.input_config"] == 2
+    assert counted["files.labels"] == 2 and counted["tags.invalid"] == 2
+    assert counted["names.class_pattern"] == 2
+    assert counted["mode"] == 2  # "mode: mandatory_success (Spyre's default)", written out
+    assert sum(1 for line in lines if "edits.ops.include.tags" in line) == 1
+
+
+def test_explain_shows_the_description_as_the_reason_and_spyres_unlisted_mode(tmp_path, capsys):
+    path, _ = imported(tmp_path)
+    explain = ["explain", "--config", str(path), "--torch-root", str(TREE)]
+    assert (
+        main([*explain, f"{TREE}/test/test_plain_reuse.py::TestPlainMath::test_wrong_on_purpose"])
+        == 0
+    )
+    out = capsys.readouterr().out
+    assert "mode: xfail" in out and "reason: asserts 11 == 10 on purpose" in out
+    assert main([*explain, f"{TREE}/test/test_plain_reuse.py::TestPlainStrings::test_sum"]) == 0
+    assert "mode: xfail" in capsys.readouterr().out  # unlisted: Spyre's xfail, not crcr's skip
+
+
+def test_the_command_imports_a_folder_and_prints_the_report(tmp_path, capsys):
+    source = tmp_path / "spyre" / "configs"
+    source.mkdir(parents=True)
+    (source / "ops.yaml").write_text(SPYRE)
+    (source / "ci.yaml").write_text("jobs: {build: {}}\n")  # not a config: left alone
+    out = tmp_path / "crcr"
+    assert main(["import-spyre", str(source), "-o", str(out)]) == 0
+    assert "imported 1 Torch Spyre config(s)" in capsys.readouterr().out
+    written = out / "configs" / "ops.yaml"
+    assert load_configs([written], {"TORCH_ROOT": str(TREE)}).files[0].unlisted_test_mode == "xfail"
+    assert not (out / "configs" / "ci.yaml").exists()
+
+
+def test_the_raw_spyre_config_is_refused_by_crcr_naming_the_importer(tmp_path):
+    raw = tmp_path / "raw.yaml"
+    raw.write_text(SPYRE)
+    with pytest.raises(ConfigError) as refused:
+        load_configs([raw], {"TORCH_ROOT": str(TREE)})
+    assert "import-spyre" in str(refused.value)
+
+
+def test_what_is_not_a_spyre_config_is_refused_and_nothing_written(tmp_path, capsys):
+    with pytest.raises(ImportProblem, match="no top-level 'test_suite_config'"):
+        import_text("jobs: {}\n", "ci.yaml")
+    with pytest.raises(ImportProblem, match="not YAML"):
+        import_text("a: [\n", "broken.yaml")
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("test_suite_config: [\n")
+    assert main(["import-spyre", str(broken), "-o", str(tmp_path / "out.yaml")]) == 2
+    assert "broken.yaml: not YAML" in capsys.readouterr().err
+    assert not (tmp_path / "out.yaml").exists()
+    assert yaml.safe_load(SPYRE)["cases"] == []  # the source is left as it was
