@@ -16,7 +16,10 @@ from selection.forms import OnboardingForm
 def backend_create(request: HttpRequest) -> HttpResponse:
     if role_of(request.user) != ADMIN:
         raise PermissionDenied("Only an admin may add a backend.")
-    form = OnboardingForm(request.POST or None, request.FILES or None)
+    # PyTorch's relay takes only GitHub Actions' tokens: the sender most teams need.
+    form = OnboardingForm(
+        request.POST or None, request.FILES or None, initial={"relay_sender": "actions"}
+    )
     context = {"form": form, "nav": "onboard"}
     if request.method == "POST" and not form.is_valid() and form.cleaned_data.get("config"):
         _check_config(form)  # every problem at once: the config's too, not only the fields'

@@ -113,3 +113,30 @@ def test_the_page_shows_each_problem_next_to_its_field_and_saves_nothing(client)
     assert "Enter a valid “slug”" in html
     assert "test_missing.py&#x27; matches no file" in html
     assert not Backend.objects.exists() and not ConfigVersion.objects.exists()
+
+
+@pytest.mark.parametrize("width", [1440, 1024])
+def test_the_page_in_the_browser_labels_every_control_and_fits(page, transactional_db, width, tmp_path):
+    from tests.crcr_site.test_polish import UNNAMED
+    from tests.factories import make_user
+    from tests.selection.test_review_browser import sign_in
+
+    make_user("ada", role="admin")
+    page.set_viewport_size({"width": width, "height": 800})
+    sign_in(page, "ada")
+    page.get_by_role("link", name="Add backend").click()
+    assert page.evaluate(UNNAMED) == []
+    broken = tmp_path / "first.yaml"
+    broken.write_text(CRCR.replace("test_plain_reuse.py", "test_missing.py"))
+    page.get_by_label("Slug").fill("spyre")
+    page.get_by_label("Name", exact=True).fill("IBM Spyre")
+    page.get_by_label("Repository").fill("torch-spyre/torch-spyre")
+    page.get_by_label("Device module").fill("torch_spyre")
+    page.get_by_label("First config file").set_input_files(str(broken))
+    page.get_by_role("button", name="Add the backend").click()
+    error = page.get_by_role("alert").filter(has_text="matches no file")
+    assert error.is_visible()
+    assert page.evaluate("document.documentElement.scrollWidth") <= width
+    if width == 1024:
+        page.screenshot(path=str(tmp_path.parent / "onboarding-1024.png"), full_page=True)
+    assert not Backend.objects.exists()
