@@ -116,7 +116,9 @@ def test_the_page_shows_each_problem_next_to_its_field_and_saves_nothing(client)
 
 
 @pytest.mark.parametrize("width", [1440, 1024])
-def test_the_page_in_the_browser_labels_every_control_and_fits(page, transactional_db, width, tmp_path):
+def test_the_page_in_the_browser_labels_every_control_and_fits(
+    page, transactional_db, width, tmp_path
+):
     from tests.crcr_site.test_polish import UNNAMED
     from tests.factories import make_user
     from tests.selection.test_review_browser import sign_in
