@@ -210,6 +210,8 @@ def _test_document(test: Any) -> dict[str, Any]:
         }
         if part:
             edits[kind] = part
+    if test.edits.cpu_move:
+        edits["functions"] = {"cpu_move": [{"name": name} for name in test.edits.cpu_move]}
     if edits:
         item["edits"] = edits
     return item
@@ -279,6 +281,8 @@ def _edit_lines(decision: Decision) -> list[str]:
             names = [getattr(item, "name", "") for item in getattr(selection, action)]
             if names:
                 lines.append(f"edits: {kind} {action} {', '.join(names)}")
+    if decision.entry.edits.cpu_move:
+        lines.append(f"edits: compared on the CPU: {', '.join(decision.entry.edits.cpu_move)}")
     return lines
 
 

@@ -43,7 +43,6 @@ from .schema import (
 TOKEN = re.compile(r"\$\{([^}]*)\}")
 # Fields of torch-spyre's configs (same schema family) that crcr does not implement.
 SPYRE_ONLY = {
-    "functions": "torch-spyre's function edits (cpu_move)",
     "input_config": "torch-spyre's input generation settings",
     "sample_inputs_func": "torch-spyre's model-op sample inputs",
     "cases": "torch-spyre's model-op cases",
@@ -362,12 +361,31 @@ class _Reader:
     # -- edits and global -----------------------------------------------------
 
     def _edits(self, node: yaml.Node) -> Edits:
-        fields = self.mapping(node, "edits", ["dtypes", "ops", "modules"])
+        fields = self.mapping(node, "edits", ["dtypes", "ops", "modules", "functions"])
         return Edits(
             dtypes=self._selection(fields.get("dtypes"), "edits.dtypes", self._dtype),
             ops=self._selection(fields.get("ops"), "edits.ops", self._op),
             modules=self._selection(fields.get("modules"), "edits.modules", self._module),
+            cpu_move=self._cpu_move(fields["functions"]) if "functions" in fields else (),
         )
+
+    def _cpu_move(self, node: yaml.Node) -> tuple[str, ...]:
+        """`functions: {cpu_move: [{name: assertEqual}, …]}`: method names of the test."""
+        fields = self.mapping(node, "edits.functions", ["cpu_move"])
+        names = []
+        for item in self.sequence(fields["cpu_move"], "cpu_move") if "cpu_move" in fields else []:
+            method = self.mapping(item, "a cpu_move entry", ["name", "description"])
+            self._description(method)
+            if "name" not in method:
+                if isinstance(item, yaml.MappingNode):
+                    self.error(item, "a cpu_move entry needs a 'name'")
+                continue
+            name = self.string(method["name"], "a cpu_move name")
+            if name is not None and not name.isidentifier():
+                self.error(method["name"], f"'{name}' is not a method name")
+            elif name is not None:
+                names.append(name)
+        return tuple(names)
 
     def _selection(self, node: yaml.Node | None, where: str, read_item: Any) -> Selection:
         if node is None:

@@ -129,9 +129,12 @@ class Edits:
     dtypes: Selection = Selection()
     ops: Selection = Selection()
     modules: Selection = Selection()
+    # `functions.cpu_move`: methods of the test (assertions such as `assertEqual`) that
+    # get every tensor argument moved to the CPU first, so results compare on the host.
+    cpu_move: tuple[str, ...] = ()
 
     def __bool__(self) -> bool:
-        return bool(self.dtypes or self.ops or self.modules)
+        return bool(self.dtypes or self.ops or self.modules or self.cpu_move)
 
 
 @dataclass(frozen=True)

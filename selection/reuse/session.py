@@ -11,11 +11,13 @@ and send their collection counts back through ``workeroutput``.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import inspect
 import json
 import os
 from collections import Counter, defaultdict
-from collections.abc import Generator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,6 +33,8 @@ from .static_scan import DEVICE_SUFFIX as DEVICE_CLASS
 from .timeouts import time_limit
 
 ENV_DEVICE = "CRCR_REUSE_DEVICE"
+# The methods a collected test compares on the CPU (its entry's `functions.cpu_move`).
+CPU_MOVE = pytest.StashKey[tuple[str, ...]]()
 DEFAULT_DEVICE = "selection.reuse.reference_device"
 MARKER_HELP = (
     "op__NAME: a generated test of OpInfo NAME (crcr reuse)",
@@ -194,6 +198,9 @@ class ReuseSession:
                     continue
                 seen.add((target.path, normalize_class(cls_name or ""), item.name))
             marking.apply(item, target.decision, target.test, target.variant, target.forced)
+            entry = target.decision.entry
+            if entry is not None and entry.edits.cpu_move:
+                item.stash[CPU_MOVE] = entry.edits.cpu_move
             kept.append(item)
         if by_config or by_shard:
             config.hook.pytest_deselected(items=by_config + by_shard)
@@ -258,7 +265,7 @@ class ReuseSession:
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, Any, Any]:
-        with time_limit(self.namespace.reuse_timeout, item.nodeid):
+        with time_limit(self.namespace.reuse_timeout, item.nodeid), on_cpu(item):
             return (yield)
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
@@ -323,6 +330,38 @@ class ReuseSession:
         terminalreporter.section("crcr reuse: tests per config mode")
         for line in summary_lines(self.outcomes, stats, stats):
             terminalreporter.line(line)
+
+
+@contextlib.contextmanager
+def on_cpu(item: pytest.Item) -> Iterator[None]:
+    """While the test runs, each `cpu_move` method of its instance gets its tensor arguments
+    moved to the CPU first; set on the instance, so no other test of the class sees it."""
+    names = item.stash.get(CPU_MOVE, ())
+    instance = getattr(item, "instance", None)
+    if not names or instance is None:
+        yield
+        return
+    for name in names:
+        setattr(instance, name, _arguments_on_cpu(getattr(instance, name)))
+    try:
+        yield
+    finally:
+        for name in names:
+            instance.__dict__.pop(name, None)
+
+
+def _arguments_on_cpu(method: Any) -> Any:
+    import torch
+    from torch.utils._pytree import tree_map
+
+    def to_cpu(value: Any) -> Any:
+        return value.cpu() if isinstance(value, torch.Tensor) else value
+
+    @functools.wraps(method)
+    def moved(*args: Any, **kwargs: Any) -> Any:
+        return method(*tree_map(to_cpu, args), **tree_map(to_cpu, kwargs))
+
+    return moved
 
 
 def _function(item: pytest.Item) -> Any:

@@ -14,9 +14,11 @@ a Spyre config so crcr's loader reads it and selects what Spyre's framework woul
   on every tests entry (Spyre marks each test so);
 - `edits.ops.include` is dropped: Spyre applies it only inside its own model-ops test,
   where it describes sample inputs, so on any other test crcr would add ops Spyre never runs;
-- `description` stays: crcr reads it as the entry's reason.
+- `description` stays: crcr reads it as the entry's reason; `functions.cpu_move` stays
+  (crcr moves the listed methods' tensor arguments to the CPU for the listed tests only,
+  where Spyre patches the test's whole class).
 Whatever has no meaning for crcr (sample inputs, model-op kwargs, custom module
-constructors, `cpu_move`, input seeds, top-level `cases`, …) is removed and reported
+constructors, input seeds, top-level `cases`, …) is removed and reported
 once per key with how often it occurred (`ImportReport`). Comments are kept (ruamel.yaml
 round trip), so reasons written as comments stay reasons.
 """
@@ -45,7 +47,6 @@ WHY = {
     "tests.labels": "per-entry TEST_TYPE filter of Spyre's runner",
     "tests.no_grad": "Spyre's no_grad wrapper",
     "edits.ops.include": "op includes: Spyre applies them only to its model-ops test",
-    "edits.functions": "function edits (cpu_move) are not implemented by crcr yet",
     "edits.dtypes.include.force_xfail": "never read by Spyre on an edit",
     "edits.modules.include.module_path": "custom modules built from an import path",
     "edits.modules.include.constructor_inputs": "custom module constructor inputs",
@@ -64,7 +65,7 @@ KEYS = {
     "suite": ("labels", "files", "global"),
     "file": ("path", "unlisted_test_mode", "tests", "description"),
     "test": ("names", "mode", "tags", "edits", "description"),
-    "edits": ("dtypes", "ops", "modules"),
+    "edits": ("dtypes", "ops", "modules", "functions"),
     "dtype": ("name", "precision", "force_xfail", "description"),
     "op": ("name", "dtypes", "force_xfail", "description"),
     "module": ("name", "description"),
@@ -217,10 +218,10 @@ class _Importer:
         return name
 
     def edits(self, edits: Any) -> None:
-        if "functions" in edits:
-            self.report.dropped["edits.functions"] += 1
-            del edits["functions"]
         self.drop(edits, KEYS["edits"], "edits")
+        functions = edits.get("functions")
+        if isinstance(functions, dict):
+            self.drop(functions, ("cpu_move",), "edits.functions")
         ops = edits.get("ops")
         if isinstance(ops, dict):
             if "include" in ops:

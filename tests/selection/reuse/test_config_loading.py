@@ -135,15 +135,17 @@ test_suite_config:
         - names: [TestOpsReuse::test_matches_cpu]
           mode: mandatory_success
           edits:
-            functions:
-              cpu_move:
-                - name: assertEqual
+            ops:
+              include:
+                - name: mul
+                  sample_inputs_func: {args: [{value: 1}]}
 """
     path = write(tmp_path, text)
     assert problems_of([path]) == [
-        f"{path}:8:13: unknown key 'functions' in edits (torch-spyre's function edits "
-        "(cpu_move) are not supported by crcr; for a Torch Spyre config run "
-        "`python -m selection.reuse import-spyre`); allowed: dtypes, ops, modules"
+        f"{path}:11:19: unknown key 'sample_inputs_func' in an op in edits.ops.include "
+        "(torch-spyre's model-op sample inputs are not supported by crcr; for a Torch Spyre "
+        "config run `python -m selection.reuse import-spyre`); allowed: name, dtypes, "
+        "force_xfail, description"
     ]
 
 

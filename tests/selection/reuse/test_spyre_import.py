@@ -88,6 +88,7 @@ def test_a_spyre_config_imports_validates_and_keeps_its_meaning(tmp_path):
     assert not model_ops.edits.ops.include
     assert [o.name for o in model_ops.edits.ops.exclude] == ["lgamma"]
     assert [m.name for m in model_ops.edits.modules.include] == ["GraniteRMSNorm"]
+    assert model_ops.edits.cpu_move == ("assertEqual",)
     assert [o.name for o in config.global_.supported_ops or ()] == ["add", "sub"]
     assert config.global_.supported_dtypes[0].precision.rtol == 0.01
 
@@ -103,7 +104,6 @@ def test_the_report_groups_what_was_dropped_once_per_key_with_a_count(tmp_path):
     assert counted["edits.ops.include.sample_inputs_func"] == 2
     assert counted["edits.ops.include.kwargs"] == 2
     assert counted["edits.modules.include.module_path"] == 2
-    assert counted["edits.functions"] == 2
     assert counted["cases"] == 2 and counted["global.input_config"] == 2
     assert counted["files.labels"] == 2 and counted["tags.invalid"] == 2
     assert counted["names.class_pattern"] == 2
@@ -156,3 +156,60 @@ def test_what_is_not_a_spyre_config_is_refused_and_nothing_written(tmp_path, cap
     assert "broken.yaml: not YAML" in capsys.readouterr().err
     assert not (tmp_path / "out.yaml").exists()
     assert yaml.safe_load(SPYRE)["cases"] == []  # the source is left as it was
+
+
+HOST_TESTS = """\
+import torch
+from torch.testing._internal.common_device_type import instantiate_device_type_tests
+from torch.testing._internal.common_utils import TestCase, run_tests
+
+
+class TestHostCompare(TestCase):
+    def assertOnHost(self, tensor):
+        self.assertEqual(tensor.device.type, "cpu")
+
+    def test_moved(self, device):
+        self.assertOnHost(torch.ones(2, device=device))
+
+    def test_not_moved(self, device):
+        self.assertOnHost(torch.ones(2, device=device))
+
+
+instantiate_device_type_tests(TestHostCompare, globals())
+
+if __name__ == "__main__":
+    run_tests()
+"""
+CPU_MOVE = """\
+test_suite_config:
+  files:
+    - path: test/test_host.py
+      tests:
+        - names: [TestHostCompare::test_moved]
+          edits:
+            functions:
+              cpu_move: [{name: assertOnHost, description: compare on the host}]
+        - names: [TestHostCompare::test_not_moved]
+"""
+
+
+def test_cpu_move_compares_the_listed_tests_on_the_cpu_and_no_other(tmp_path):
+    """A Spyre config's cpu_move, imported and run on the reference device: the listed
+    method gets CPU tensors in the listed test only (Spyre patches the whole class)."""
+    from .conftest import run_pytest
+
+    tree = tmp_path / "tree"
+    (tree / "test").mkdir(parents=True)
+    (tree / "test" / "test_host.py").write_text(HOST_TESTS)
+    (tree / "pytest.ini").write_text("[pytest]\n")
+    text, report = import_text(CPU_MOVE, "host.yaml")
+    assert "edits.functions" not in report.text()
+    config = tree / "crcr.yaml"
+    config.write_text(text)
+    assert "cpu_move" in text and load_configs([config]).files[0].tests[0].edits.cpu_move == (
+        "assertOnHost",
+    )
+    run = run_pytest([f"--reuse-config={config}"], tmp_path, tree=tree)
+    outcomes = {name.split("_privateuse")[0]: r["outcome"] for name, r in
+                ((r["nodeid"].rsplit("::", 1)[1], r) for r in run.report["tests"])}  # fmt: skip
+    assert outcomes == {"test_moved": "passed", "test_not_moved": "failed"}, run.output
