@@ -391,25 +391,12 @@ class _Reader:
         if node is None:
             return Selection()
         fields = self.mapping(node, where, ["include", "exclude"])
-        include = (
-            [
-                read_item(item, f"{where}.include")
-                for item in self.sequence(fields["include"], f"{where}.include")
-            ]
-            if "include" in fields
-            else []
-        )
-        exclude = (
-            [
-                read_item(item, f"{where}.exclude")
-                for item in self.sequence(fields["exclude"], f"{where}.exclude")
-            ]
-            if "exclude" in fields
-            else []
-        )
+        read: dict[str, list[Any]] = {way: [] for way in ("include", "exclude")}
+        for way, items in read.items():
+            for item in self.sequence(fields[way], f"{where}.{way}") if way in fields else []:
+                items.append(read_item(item, f"{where}.{way}"))
         return Selection(
-            include=tuple(item for item in include if item is not None),
-            exclude=tuple(item for item in exclude if item is not None),
+            **{way: tuple(i for i in items if i is not None) for way, items in read.items()}
         )
 
     def _dtype(self, node: yaml.Node, where: str) -> DtypeSpec | None:
