@@ -30,24 +30,26 @@ from selection.models import Proposal
 
 logger = logging.getLogger(__name__)
 XFAIL_MODES = ("xfail", "xfail_strict")
+_PASSED = (TestResult.Outcome.PASSED, TestResult.Outcome.XPASSED)
 
 
 def from_run(sender: Any = None, *, run: Run, **kwargs: Any) -> dict[str, int]:
     """Save the run's promotion and quarantine proposals; their counts."""
     try:
         with transaction.atomic():
-            decisions = promotions(run) + quarantines(run)
+            parent = pipeline.current_config(run.backend)
+            decisions = promotions(run, parent) + quarantines(run)
             if not decisions:
                 return {}
-            parent = pipeline.current_config(run.backend)
             return pipeline.save_proposals(run.backend, None, decisions, parent)
     except Exception:
         logger.exception("proposals from run %s not saved", run.uuid)
         return {}
 
 
-def promotions(run: Run) -> list[pipeline.Decision]:
-    """A decision to promote each xfail-listed test that passed in every variant."""
+def promotions(run: Run, parent: str) -> list[pipeline.Decision]:
+    """A decision to promote each xfail-listed test that passed in every variant; `parent`
+    is the backend's current config, whose literal entry's edits a promotion keeps."""
     passed = run.results.filter(outcome=TestResult.Outcome.XPASSED)
     names = set(passed.values_list("test_name", flat=True).distinct())
     if not names:
@@ -61,7 +63,7 @@ def promotions(run: Run) -> list[pipeline.Decision]:
     variants: dict[pipeline.Key, list[tuple[str, str]]] = defaultdict(list)
     for key, outcome, mode in final.values():
         variants[key].append((outcome, mode))
-    explicit = pipeline.explicit_entries(pipeline.current_config(run.backend))
+    explicit = pipeline.explicit_entries(parent)
     decisions = []
     for key, seen in sorted(variants.items()):
         outcomes = [outcome for outcome, _ in seen]
@@ -92,9 +94,6 @@ def promotions(run: Run) -> list[pipeline.Decision]:
             )
         )
     return decisions
-
-
-_PASSED = (TestResult.Outcome.PASSED, TestResult.Outcome.XPASSED)
 
 
 def quarantines(run: Run) -> list[pipeline.Decision]:
