@@ -34,9 +34,9 @@ from reproducibility.models import Bisection, RunRecord
 from runs import artifacts, environments, planning, workfiles, worktrees
 from runs.crash_pinning import Executor, ShardSpec
 from runs.models import Artifact, Failure, Run, TestResult
-from runs.report_files import FAILING, TestRecord
 from runs.upstream import UpstreamError, get_resolver
 from selection.reuse.launcher import PytestRun
+from selection.reuse.outcomes import FAILING, TestRecord
 
 PASSING = tuple(TestResult.PASSING)
 logger = logging.getLogger(__name__)

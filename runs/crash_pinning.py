@@ -15,16 +15,23 @@ Steps:
    to `max_attempts` in all: a pass then makes the test flaky.
 """
 
-import signal
 import subprocess
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from runs.report_files import FAILING, TestRecord, canonical, check_junit, read_progress
+from runs.report_files import check_junit
 from selection.reuse import launcher
 from selection.reuse.launcher import PytestRun
+from selection.reuse.outcomes import (
+    FAILING,
+    Progress,
+    TestRecord,
+    canonical,
+    death,
+    read_progress,
+)
 
 EXIT_OK = (0, 1, 5)  # all passed, some failed, none collected: pytest ended normally
 WATCH_INTERVAL = 0.5
@@ -40,22 +47,18 @@ class ProcessFailed(Exception):
 
 @dataclass
 class ProcessResult:
-    records: dict[str, TestRecord]
-    started: list[str]
+    progress: Progress
     exit_code: int | None
     timed_out: bool
     output_tail: str
 
     @property
+    def records(self) -> dict[str, TestRecord]:
+        return self.progress.records
+
+    @property
     def died(self) -> bool:
         return self.timed_out or self.exit_code not in EXIT_OK
-
-    def unfinished(self) -> str | None:
-        """The last test that started without finishing: the crashing or hanging one."""
-        for node_id in reversed(self.started):
-            if node_id not in self.records:
-                return node_id
-        return None
 
 
 @dataclass
@@ -98,7 +101,7 @@ class Executor:
                             node_id, "error", message="not collected: unknown test id"
                         )
                 break
-            culprit = process.unfinished() or next(i for i in pending if i not in results)
+            culprit = process.progress.unfinished() or next(i for i in pending if i not in results)
             results[culprit] = self._pin(culprit)
             pending = [i for i in pending if i not in results]
         return results
@@ -144,13 +147,13 @@ class Executor:
         process = replace(self.spec.pytest, ids=ids_file, progress=progress, junit=junit).start(log)
         exit_code, timed_out = self._watch(process, progress, timeout)
         ended = not timed_out and exit_code is not None and exit_code >= 0
-        records, started = read_progress(progress, ended=ended)
+        reported = read_progress(progress, ended=ended)
         if ended and exit_code in EXIT_OK:
-            check_junit(junit, records.values())
+            check_junit(junit, reported.records.values())
         tail = log.read_bytes()[-4000:].decode(errors="replace")
-        if not started and not timed_out and exit_code not in (0, 5):
+        if not reported.started and not timed_out and exit_code not in (0, 5):
             raise ProcessFailed(f"pytest exited with status {exit_code} before any test:\n{tail}")
-        return ProcessResult(records, started, exit_code, timed_out, tail)
+        return ProcessResult(reported, exit_code, timed_out, tail)
 
     def _watch(
         self, process: subprocess.Popen[bytes], progress: Path, timeout: float
@@ -182,9 +185,4 @@ def _test_hangs(progress: Path, limit: float) -> bool:
 
 
 def _crash_message(process: ProcessResult) -> str:
-    if process.exit_code is not None and process.exit_code < 0:
-        name = signal.Signals(-process.exit_code).name
-        head = f"the test process was killed by signal {name} ({-process.exit_code})"
-    else:
-        head = f"the test process exited with status {process.exit_code} mid-test"
-    return f"{head}\n{process.output_tail}"
+    return f"{death(process.exit_code)}\n{process.output_tail}"

@@ -16,7 +16,8 @@ from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from runs.models import Shard, TestResult
-from runs.report_files import TestRecord, parse_junit
+from runs.report_files import parse_junit
+from selection.reuse.outcomes import TestRecord
 
 BATCH = 2000
 

@@ -28,10 +28,10 @@ from pathlib import Path
 from typing import Any
 
 from runs.crash_pinning import Executor, ShardSpec
-from runs.report_files import TestRecord
 from runs.triage import classify
 from selection.capabilities import Capabilities, device_variables
 from selection.reuse.launcher import PytestRun, TestEnvironment
+from selection.reuse.outcomes import TestRecord
 
 Key = tuple[str, str, str]
 Progress = Callable[[str, int, int], None]

@@ -12,6 +12,9 @@
 - ``import-spyre SRC... -o OUT``: Torch Spyre configs (files or folders) rewritten in
   crcr's strict form with Spyre's meaning made explicit (``spyre.py``), and one report
   of what was dropped or written out, per key with a count.
+- ``run [--max-restarts N] [--progress FILE] -- PYTEST_ARGS``: pytest that resumes the
+  remaining tests in a fresh process after a crash (``supervisor.py``); its exit status
+  is 1 when a test failed or crashed.
 Exit codes: 0 fine, 1 a test id/tree problem (or a lint problem under --strict),
 2 an invalid config.
 """
@@ -43,6 +46,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "import-spyre":
         return _import_spyre(args)
+    if args.command == "run":
+        return _run(args)
     try:
         config = load_configs(
             args.configs, {"TORCH_ROOT": args.torch_root, "TORCH_DEVICE_ROOT": args.device_root}
@@ -97,12 +102,32 @@ def _parser() -> argparse.ArgumentParser:
         "-o", "--output", required=True,
         help="a file (one source file) or a folder (mirrors the sources' layout)",
     )  # fmt: skip
+    run = commands.add_parser(
+        "run", help="run pytest; after a crash, the remaining tests in a fresh process"
+    )
+    run.add_argument(
+        "--max-restarts", type=int, default=10, metavar="N",
+        help="fresh processes after crashes, at most (default 10)",
+    )  # fmt: skip
+    run.add_argument("--progress", help="keep the progress log here (default: a temporary file)")
+    run.add_argument("pytest_args", nargs="*", help="pytest's arguments, after --")
     return parser
+
+
+def _run(args: argparse.Namespace) -> int:
+    from .supervisor import supervise
+
+    try:
+        progress = Path(args.progress) if args.progress else None
+        return supervise(args.pytest_args, progress, max(0, args.max_restarts))
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 4  # pytest's own status for a usage error
 
 
 def _import_spyre(args: argparse.Namespace) -> int:
     """Import every source; write each next to the others under OUT; print the report."""
-    from .spyre import ImportProblem, ImportReport, import_text
+    from .spyre import ImportProblem, ImportReport, import_text, in_op_db
 
     found: list[tuple[Path, Path]] = []  # (source, path relative to the output)
     for source in map(Path, args.sources):
@@ -122,7 +147,7 @@ def _import_spyre(args: argparse.Namespace) -> int:
             text = source.read_text(encoding="utf-8")
             if len(found) > 1 and "test_suite_config" not in text:
                 continue  # a folder's other YAML files (CI, models) are not configs
-            imported, _ = import_text(text, str(source), report)
+            imported, _ = import_text(text, str(source), report, known_op=in_op_db)
         except (ImportProblem, OSError, UnicodeDecodeError) as error:
             problems.append(str(error))
             continue
@@ -154,6 +179,8 @@ def config_document(config: Config) -> dict[str, Any]:
         # A relative path meant "next to its config"; merged, it is shown absolute.
         path = entry.path if "${" in entry.path or os.path.isabs(entry.path) else entry.pattern
         item: dict[str, Any] = {"path": path, "unlisted_test_mode": entry.unlisted_test_mode}
+        if entry.bypass_pos is not None:
+            item["bypass_device_restrictions"] = entry.bypass_device_restrictions
         if entry.tests:
             item["tests"] = [_test_document(test) for test in entry.tests]
         files.append(item)
@@ -188,6 +215,8 @@ def _op_document(op: OpSpec) -> dict[str, Any]:
         item["dtypes"] = [_dtype_document(d) for d in op.dtypes]
     if op.force_xfail:
         item["force_xfail"] = True
+    if op.tags:
+        item["tags"] = list(op.tags)
     return item
 
 
@@ -195,13 +224,16 @@ def _test_document(test: Any) -> dict[str, Any]:
     item: dict[str, Any] = {"names": [name.text for name in test.names], "mode": test.mode}
     if test.tags:
         item["tags"] = list(test.tags)
+    if test.bypass_device_restrictions is not None:
+        item["bypass_device_restrictions"] = test.bypass_device_restrictions
     edits = {}
     for kind in ("dtypes", "ops", "modules"):
         selection = getattr(test.edits, kind)
         convert: Any = {
             "dtypes": _dtype_document,
             "ops": _op_document,
-            "modules": lambda m: {"name": m.name},
+            # A custom module keeps its import path and inputs as written.
+            "modules": lambda m: {"name": m.name, **(m.inputs.document if m.inputs else {})},
         }[kind]
         part = {
             k: [convert(x) for x in getattr(selection, k)]
@@ -254,6 +286,12 @@ def explain_lines(
         )
     lines.append(f"mode: {decision.mode}")
     lines.append(f"reason: {decision.reason}")
+    lifted_by = decision.restrictions_lifted_by
+    lines.append(
+        f"device restrictions: bypassed (bypass_device_restrictions at {lifted_by})"
+        if lifted_by
+        else "device restrictions: upstream's hold (only_for/except_for, @onlyOn, @onlyCUDA...)"
+    )
     lines += _edit_lines(decision)
     lines += _global_lines(config)
     op, dtypes = variant

@@ -7,11 +7,14 @@ How: before any test file is imported, the backend's module is imported (so
   (``matching.py``); a ``skip`` test is not generated at all (its variants are
   only counted); otherwise a copy of the test gets filtered ``@dtypes`` lists and
   a filtered parametrization (ops, modules, OpInfo dtypes, extra dtypes, per-dtype
-  tolerances), then the original instantiation runs. What a generated test is
-  (op, dtype, module) stays where torch puts it, in the defaults
-  (``param_kwargs``) of the function on the device class;
-- ``instantiate_device_type_tests``: records classes that upstream instantiates
-  only for other devices (``only_for``/``except_for``), so they are reported.
+  tolerances; included ops from op_db, custom modules built from the config), then
+  the original instantiation runs. What a generated test is (op, dtype, module)
+  stays where torch puts it, in the defaults (``param_kwargs``) of the function on
+  the device class;
+- ``instantiate_device_type_tests``: a class that upstream instantiates only for
+  other devices (``only_for``/``except_for``) is reported, unless the config
+  bypasses device restrictions for one of its tests: then privateuse1 joins its
+  ``only_for`` (or leaves its ``except_for``) and the class is instantiated.
 This is the portable path; it does not depend on torch 2.13's
 ``set_test_configs`` hooks.
 """
@@ -25,7 +28,7 @@ import os
 import sys
 import types
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -118,20 +121,36 @@ class DeviceTypeHooks:
         )
 
     def _wrap_instantiate_all(self, original: Callable[..., Any]) -> Callable[..., Any]:
-        from torch.testing._internal import common_device_type as cdt
-
         @functools.wraps(original)
         def instantiate_device_type_tests(
             generic_test_class: type, scope: Any, *args: Any, **kwargs: Any
         ) -> Any:
             names = ("except_for", "only_for", "include_lazy", "allow_mps", "allow_xpu")
             options = dict(zip(names, args, strict=False)) | kwargs
-            bases = cdt.get_desired_device_type_test_bases(**options)
-            if not any(issubclass(b, cdt.PrivateUse1TestBase) for b in bases):
+            if not _for_privateuse1(options):
+                lifted = self._lifted(generic_test_class, options)
+                if lifted is not None and _for_privateuse1(lifted):
+                    return original(generic_test_class, scope, **lifted)
                 self._not_instantiated(generic_test_class, options)
             return original(generic_test_class, scope, *args, **kwargs)
 
         return instantiate_device_type_tests
+
+    def _lifted(self, generic_cls: type, options: dict[str, Any]) -> dict[str, Any] | None:
+        """Upstream's options with privateuse1 allowed, when the config bypasses device
+        restrictions for a test of the class; None when it does not."""
+        path = _source_file(generic_cls)
+        file_rules = self.rules.for_file(path) if path else None
+        tests = [name for name in vars(generic_cls) if name.startswith("test")]
+        if file_rules is None or not file_rules.bypasses_restrictions(generic_cls.__name__, tests):
+            return None
+        lifted = dict(options)
+        if options.get("only_for"):
+            lifted["only_for"] = [*_listed(options["only_for"]), "privateuse1"]
+        if options.get("except_for"):
+            ours = ("privateuse1", _backend_name())
+            lifted["except_for"] = [d for d in _listed(options["except_for"]) if d not in ours]
+        return lifted
 
     def _not_instantiated(self, generic_cls: type, options: dict[str, Any]) -> None:
         path = _source_file(generic_cls)
@@ -227,6 +246,18 @@ def _source_file(cls: Any) -> str | None:
     return os.path.realpath(path) if path else None
 
 
+def _for_privateuse1(options: dict[str, Any]) -> bool:
+    """Whether ``instantiate_device_type_tests`` with these options instantiates for us."""
+    from torch.testing._internal import common_device_type as cdt
+
+    bases = cdt.get_desired_device_type_test_bases(**options)
+    return any(issubclass(base, cdt.PrivateUse1TestBase) for base in bases)
+
+
+def _listed(devices: str | Iterable[str]) -> list[str]:
+    return [devices] if isinstance(devices, str) else list(devices)
+
+
 def _plain(value: Any) -> Any:
     if value is None or isinstance(value, str):
         return value
@@ -307,8 +338,13 @@ def _variant_allowed(params: dict[str, Any], filters: VariantFilter) -> bool:
     module = params.get("module_info")
     if module is not None and not filters.module_allowed(module.name):
         return False
+    # A custom module's dtypes are those its inputs are written in: the config chose them.
+    own = getattr(module, "crcr_dtypes", ())
     for dtype in _flat(params.get("dtype", params.get("dtypes"))):
-        if dtype is not None and not filters.dtype_allowed(dtype_name(dtype), names):
+        name = dtype_name(dtype) if dtype is not None else None
+        if name is None or (name in own and name not in filters.exclude_dtypes):
+            continue
+        if not filters.dtype_allowed(name, names):
             return False
     return True
 
@@ -331,10 +367,16 @@ def _rebuild(parametrize_fn: Any, filters: VariantFilter) -> Any:
         clone.op_list = _filtered_ops(owner, filters)
         return clone._parametrize_test if clone.op_list else _nothing
     if isinstance(owner, modules):
+        from .inputs import module_info
+
         clone = copy.copy(owner)
+        # Custom modules join the list; one named like a listed module takes its place.
+        custom = {spec.short: module_info(spec) for spec in filters.custom_modules}
         clone.module_info_list = [
-            m for m in owner.module_info_list if filters.module_allowed(m.name)
-        ]
+            m
+            for m in owner.module_info_list
+            if filters.module_allowed(m.name) and m.name not in custom
+        ] + list(custom.values())
         return clone._parametrize_test
     defaults = getattr(parametrize_fn, "__defaults__", None)
     if (

@@ -16,7 +16,8 @@ A caller:
    tests (files, or a file of node ids) and the outputs it wants (JUnit XML,
    the reuse JSON report, the progress log, the operator capture);
 3. runs it: `run()` waits and returns the output (collection), `start()`
-   returns the process writing to a log, for a caller that watches it (a shard).
+   returns the process writing to a log, for a caller that watches it (a shard),
+   `call()` runs it in the foreground, its output the caller's (the supervisor).
 """
 
 from __future__ import annotations
@@ -211,14 +212,21 @@ class PytestRun:
     files: Sequence[str] = ()
     ids: Path | None = None  # a file of node ids, one a line
     collect_only: bool = False
+    # pytest's assertion rewriting parses and compiles every test module it imports:
+    # a collection that only lists ids turns it off (a seventh of collecting a big tree).
+    rewrite_asserts: bool = True
     junit: Path | None = None
     json_report: Path | None = None
     progress: Path | None = None
+    resume: bool = False  # deselect the tests the progress log has an outcome for
     capture: OperatorCapture | None = None
     test_timeout: float | None = None  # the reuse plugin's per-test limit
     rootdir: Path | None = None
     cwd: Path | None = None
     extra_args: Sequence[str] = field(default=())
+    # crcr reads the reports, not the output: quiet, no header, no short summary.
+    # False leaves the output to the user's own options (the supervisor).
+    terse: bool = True
 
     @property
     def uses_reuse(self) -> bool:
@@ -248,11 +256,15 @@ class PytestRun:
             # those); without it pytest reads them as arguments from the file.
             command.append(f"--reuse-ids={self.ids}" if self.uses_reuse else f"@{self.ids}")
         command += ["--collect-only"] if self.collect_only else []
-        command += ["-p", "no:cacheprovider", "-q"]
-        command += [] if self.collect_only else ["--no-header", "-rN"]
+        command += [] if self.rewrite_asserts else ["--assert=plain"]
+        # No cache: --lf/--ff would select and order tests differently in each process.
+        command += ["-p", "no:cacheprovider"]
+        command += ["-q"] if self.terse else []
+        command += [] if self.collect_only or not self.terse else ["--no-header", "-rN"]
         command += [f"--rootdir={self.rootdir}"] if self.rootdir else []
         if self.progress is not None:
             command += ["-p", PROGRESS_PLUGIN, f"--crcr-progress={self.progress}"]
+            command += ["--crcr-progress-resume"] if self.resume else []
         if self.capture is not None:
             command += ["-p", CAPTURE_PLUGIN, f"--opcapture-out={self.capture.out}"]
             command.append(f"--opcapture-root={self.capture.root}")
@@ -280,6 +292,21 @@ class PytestRun:
             text=True,
             timeout=timeout,
         )
+
+    def call(self) -> int:
+        """Run in the foreground, its output this process's, and return its exit status
+        (negative: the signal that ended it)."""
+        process = subprocess.Popen(
+            self.argv(),
+            cwd=self.working_dir,
+            env=dict(self.environment.variables),
+            preexec_fn=die_with_parent,
+        )
+        try:
+            return process.wait()
+        except KeyboardInterrupt:
+            # Same process group: pytest got the Ctrl-C too and ends its own way (status 2).
+            return process.wait()
 
     def start(self, log: Path) -> subprocess.Popen[bytes]:
         """Start it writing to `log`, in its own process group (a kill takes every

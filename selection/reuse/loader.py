@@ -18,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from .inputs_reader import read_module
 from .schema import (
     LABELS,
     MODES,
@@ -46,7 +47,6 @@ SPYRE_ONLY = {
     "input_config": "torch-spyre's input generation settings",
     "sample_inputs_func": "torch-spyre's model-op sample inputs",
     "cases": "torch-spyre's model-op cases",
-    "module_path": "torch-spyre's custom modules",
 }
 
 
@@ -171,6 +171,10 @@ class _Reader:
         self.error(node, f"{where} must be true or false")
         return False
 
+    def flag(self, fields: dict[str, Any], key: str) -> bool | None:
+        """An optional true/false key of a mapping: None when it is absent."""
+        return self.boolean(fields[key], key) if key in fields else None
+
     def choice(self, node: yaml.Node, where: str, choices: Sequence[str]) -> str | None:
         value = self.string(node, where)
         if value is not None and value not in choices:
@@ -224,7 +228,9 @@ class _Reader:
 
     def _file(self, node: yaml.Node) -> FileEntry:
         fields = self.mapping(
-            node, "a files entry", ["path", "unlisted_test_mode", "tests", "description"]
+            node,
+            "a files entry",
+            ["path", "unlisted_test_mode", "bypass_device_restrictions", "tests", "description"],
         )
         self._description(fields)
         entry = FileEntry(path="", pattern="", files=(), pos=self.pos(node))
@@ -236,6 +242,9 @@ class _Reader:
             mode = self.choice(fields["unlisted_test_mode"], "unlisted_test_mode", MODES)
             entry.unlisted_test_mode = mode or entry.unlisted_test_mode
             entry.unlisted_pos = self.pos(fields["unlisted_test_mode"])
+        if "bypass_device_restrictions" in fields:
+            entry.bypass_device_restrictions = bool(self.flag(fields, "bypass_device_restrictions"))
+            entry.bypass_pos = self.pos(fields["bypass_device_restrictions"])
         if "tests" in fields:
             entry.tests = [self._test(item) for item in self.sequence(fields["tests"], "tests")]
         return entry
@@ -281,7 +290,9 @@ class _Reader:
 
     def _test(self, node: yaml.Node) -> TestEntry:
         fields = self.mapping(
-            node, "a tests entry", ["names", "mode", "tags", "edits", "description"]
+            node,
+            "a tests entry",
+            ["names", "mode", "tags", "edits", "bypass_device_restrictions", "description"],
         )
         names = self._names(fields["names"]) if "names" in fields else ()
         if "names" not in fields:
@@ -300,6 +311,7 @@ class _Reader:
             tags=tags,
             edits=edits,
             reason=self._description(fields) or self._comment_above(node),
+            bypass_device_restrictions=self.flag(fields, "bypass_device_restrictions"),
         )
 
     def _names(self, node: yaml.Node) -> tuple[NamePattern, ...]:
@@ -413,9 +425,7 @@ class _Reader:
         if raw is not None and name is None:
             self.error(fields["name"], f"unknown dtype '{raw}'")
         precision = self._precision(fields["precision"]) if "precision" in fields else None
-        force = (
-            self.boolean(fields["force_xfail"], "force_xfail") if "force_xfail" in fields else False
-        )
+        force = bool(self.flag(fields, "force_xfail"))
         if name is None:
             return None
         return DtypeSpec(name=name, pos=self.pos(node), precision=precision, force_xfail=force)
@@ -428,31 +438,24 @@ class _Reader:
         return Precision(atol=values.get("atol"), rtol=values.get("rtol"))
 
     def _op(self, node: yaml.Node, where: str) -> OpSpec | None:
-        fields = self.mapping(
-            node, f"an op in {where}", ["name", "dtypes", "force_xfail", "description"]
-        )
+        keys = ["name", "dtypes", "force_xfail", "description"]
+        tagged = where == "edits.ops.include"  # an op's own markers: only where it is added
+        fields = self.mapping(node, f"an op in {where}", keys + ["tags"] * tagged)
         self._description(fields)
         name = self._dotted_name(fields, node, f"an op in {where}", "op")
         dtypes = None
         if "dtypes" in fields:
             items = self.sequence(fields["dtypes"], "an op's dtypes")
             dtypes = tuple(d for d in (self._dtype(i, "an op's dtypes") for i in items) if d)
-        force = (
-            self.boolean(fields["force_xfail"], "force_xfail") if "force_xfail" in fields else False
-        )
+        force = bool(self.flag(fields, "force_xfail"))
+        tags = self._tags(fields["tags"]) if "tags" in fields else ()
         if name is None:
             return None
         name = name.removeprefix("torch.")
-        return OpSpec(name=name, pos=self.pos(node), dtypes=dtypes, force_xfail=force)
+        return OpSpec(name=name, pos=self.pos(node), dtypes=dtypes, force_xfail=force, tags=tags)
 
     def _module(self, node: yaml.Node, where: str) -> ModuleSpec | None:
-        if isinstance(node, yaml.ScalarNode):
-            name = self._check_name(node, self.string(node, "a module name"), "module")
-        else:
-            fields = self.mapping(node, f"a module in {where}", ["name", "description"])
-            self._description(fields)
-            name = self._dotted_name(fields, node, f"a module in {where}", "module")
-        return ModuleSpec(name=name, pos=self.pos(node)) if name else None
+        return read_module(self, node, where)  # custom modules too (inputs_reader.py)
 
     def _dotted_name(
         self, fields: dict[str, Any], node: yaml.Node, where: str, kind: str
@@ -470,25 +473,17 @@ class _Reader:
         return name
 
     def _global(self, node: yaml.Node) -> GlobalSection:
-        fields = self.mapping(
-            node, "global", ["supported_dtypes", "supported_ops", "supported_modules"]
-        )
+        readers = {
+            "supported_dtypes": self._dtype,
+            "supported_ops": self._op,
+            "supported_modules": self._module,
+        }
+        fields = self.mapping(node, "global", list(readers))
         section = GlobalSection()
-        if "supported_dtypes" in fields:
-            items = self.sequence(fields["supported_dtypes"], "supported_dtypes")
-            section.supported_dtypes = tuple(
-                d for d in (self._dtype(i, "supported_dtypes") for i in items) if d
-            )
-        if "supported_ops" in fields:
-            items = self.sequence(fields["supported_ops"], "supported_ops")
-            section.supported_ops = tuple(
-                o for o in (self._op(i, "supported_ops") for i in items) if o
-            )
-        if "supported_modules" in fields:
-            items = self.sequence(fields["supported_modules"], "supported_modules")
-            section.supported_modules = tuple(
-                m for m in (self._module(i, "supported_modules") for i in items) if m
-            )
+        for key, read_item in readers.items():
+            if key in fields:
+                items = (read_item(item, key) for item in self.sequence(fields[key], key))
+                setattr(section, key, tuple(item for item in items if item))
         return section
 
 

@@ -55,7 +55,7 @@ def marker_names(
 class Marking:
     def __init__(self, labels: tuple[str, ...]):
         self.labels = labels
-        self._decision_parts: dict[tuple[int, str | None], Part] = {}
+        self._decision_parts: dict[tuple[int, str | None, tuple[str, ...]], Part] = {}
         self._variant_parts: dict[tuple[Any, ...], Part] = {}
         self._marks: dict[str, pytest.MarkDecorator] = {}
 
@@ -66,9 +66,11 @@ class Marking:
         test: str,
         variant: tuple[str | None, tuple[str, ...], str | None] = (None, (), None),
         forced: str | None = None,
+        op_tags: tuple[str, ...] = (),
     ) -> str:
-        """Mark ``item``; return its mode. ``variant``: (op full name, dtypes, module)."""
-        first = self._decision_part(decision, test, forced)
+        """Mark ``item``; return its mode. ``variant``: (op full name, dtypes, module);
+        ``op_tags``: the tags of its op's include item, added to the entry's."""
+        first = self._decision_part(decision, test, forced, op_tags)
         second = self._variant_part(variant)
         for decorator in first.decorators + second.decorators:
             item.add_marker(decorator)
@@ -84,13 +86,16 @@ class Marking:
     def mode(self, decision: Decision, forced: str | None = None) -> str:
         return "xfail" if forced and decision.mode == "mandatory_success" else decision.mode
 
-    def _decision_part(self, decision: Decision, test: str, forced: str | None) -> Part:
-        key = (id(decision), forced)
+    def _decision_part(
+        self, decision: Decision, test: str, forced: str | None, op_tags: tuple[str, ...] = ()
+    ) -> Part:
+        key = (id(decision), forced, op_tags)
         part = self._decision_parts.get(key)
         if part is None:
             mode = self.mode(decision, forced)
             reason = forced if mode != decision.mode and forced else decision.reason
-            names = list(decision.tags) + [f"testtype__{label}" for label in self.labels]
+            tags = tuple(dict.fromkeys(decision.tags + op_tags))
+            names = list(tags) + [f"testtype__{label}" for label in self.labels]
             decorators = [self._mark(name) for name in names + [f"mode__{mode}"]]
             if mode in ("xfail", "xfail_strict"):
                 decorators.append(
@@ -102,7 +107,7 @@ class Marking:
             properties = (
                 ("mode", mode),
                 ("crcr_test", test),
-                ("crcr_tags", " ".join(decision.tags)),
+                ("crcr_tags", " ".join(tags)),
                 ("crcr_entry", json.dumps(entry) if entry else ""),
                 ("crcr_reason", reason),
             )

@@ -5,10 +5,14 @@ Order of precedence:
 1. files entries naming the file exactly come before glob entries, in config order;
 2. within them, a literal name beats a regex; among equals the first entry wins;
 3. a test no entry names gets the file's ``unlisted_test_mode`` (default ``skip``).
+Upstream's device restrictions (``only_for``/``except_for`` classes, ``@onlyOn``-style
+decorators) hold unless the test's tests entry, or else its files entry, says
+``bypass_device_restrictions: true``.
 Variant rules (``VariantFilter``): an excluded dtype/op/module is dropped; an
 included one is kept even if the global list lacks it; otherwise the global
 ``supported_*`` lists, when present, decide; an op's own ``dtypes`` narrow its
-dtypes further.
+dtypes further. A custom module (``module_path``) is added to the test's ``@modules``
+list in the dtypes of its own inputs, which only ``edits.dtypes.exclude`` drops.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from .schema import (
     ModuleSpec,
     NamePattern,
     OpSpec,
+    Pos,
     Precision,
     TestEntry,
 )
@@ -72,6 +77,19 @@ class VariantFilter:
             if self.global_ops is not None and name in self.global_ops:
                 return self.global_ops[name]
         return None
+
+    def op_tags(self, names: Iterable[str]) -> tuple[str, ...]:
+        """The markers an ``edits.ops.include`` item gives its op's variants."""
+        return next((self.include_ops[n].tags for n in names if n in self.include_ops), ())
+
+    @property
+    def custom_modules(self) -> list[ModuleSpec]:
+        """Included modules the config builds itself (``module_path``), not excluded."""
+        return [
+            m
+            for m in self.include_modules.values()
+            if m.inputs is not None and m.short not in self.exclude_modules
+        ]
 
     def op_allowed(self, names: tuple[str, ...]) -> bool:
         """``names``: an OpInfo's name and full name ("div", "div.floor_rounding")."""
@@ -172,6 +190,19 @@ class Decision:
     def tags(self) -> tuple[str, ...]:
         return self.entry.tags if self.entry else ()
 
+    @property
+    def restrictions_lifted_by(self) -> Pos | None:
+        """Where the config lifts upstream's device restrictions for this test (None: they
+        hold): its tests entry's ``bypass_device_restrictions``, else its files entry's."""
+        if self.entry is not None and self.entry.bypass_device_restrictions is not None:
+            return self.entry.pos if self.entry.bypass_device_restrictions else None
+        file_entry = self.file_entry
+        return file_entry.bypass_pos if file_entry.bypass_device_restrictions else None
+
+    @property
+    def bypasses_restrictions(self) -> bool:
+        return self.restrictions_lifted_by is not None
+
 
 @dataclass
 class FileRules:
@@ -188,6 +219,25 @@ class FileRules:
         ``method`` (its ``__name__``), as for methods generated with ``functools.wraps``;
         a name matching either matches the test."""
         methods = (method,) if attribute is None or attribute == method else (method, attribute)
+        decision = self._cached(cls, methods)
+        if decision.pattern is not None:
+            self.used_patterns.add(id(decision.pattern))
+        return decision
+
+    def bypasses_restrictions(self, cls: str, methods: Iterable[str]) -> bool:
+        """Whether the config lifts upstream's device restrictions for any test of a class.
+
+        Asked before the class exists on the device, so its names do not count as used
+        (``unmatched_patterns``): the class may stay uninstantiated."""
+        if not any(
+            entry.bypass_device_restrictions
+            or any(t.bypass_device_restrictions for t in entry.tests)
+            for entry in self.entries
+        ):
+            return False
+        return any(self._cached(cls, (method,)).bypasses_restrictions for method in methods)
+
+    def _cached(self, cls: str | None, methods: tuple[str, ...]) -> Decision:
         key = (cls, methods)
         if key not in self._cache:
             self._cache[key] = self._decide(cls, methods)
@@ -201,7 +251,6 @@ class FileRules:
                         if pattern.is_regex == want_regex and any(
                             pattern.matches(cls, method) for method in methods
                         ):
-                            self.used_patterns.add(id(pattern))
                             return Decision(
                                 mode=test.mode,
                                 file_entry=file_entry,

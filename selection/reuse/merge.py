@@ -2,13 +2,14 @@
 
 Rules: files entries with the same expanded ``path`` combine their tests (in
 config order); ``labels`` and the ``global`` lists union; a scalar set twice to
-different values is a conflict naming both places: ``unlisted_test_mode``, a
-dtype's precision or force_xfail, an op's dtypes, and the mode of a literal test
-name listed twice for the same file.
+different values is a conflict naming both places: ``unlisted_test_mode`` and
+``bypass_device_restrictions``, a dtype's precision or force_xfail, an op's dtypes,
+and the mode of a literal test name listed twice for the same file.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -26,15 +27,7 @@ def merge_configs(configs: Sequence[Config]) -> Config:
     for config in configs:
         for entry in config.files:
             if entry.pattern not in by_pattern:
-                copy = FileEntry(
-                    path=entry.path,
-                    pattern=entry.pattern,
-                    files=entry.files,
-                    pos=entry.pos,
-                    unlisted_test_mode=entry.unlisted_test_mode,
-                    unlisted_pos=entry.unlisted_pos,
-                    tests=list(entry.tests),
-                )
+                copy = dataclasses.replace(entry, tests=list(entry.tests))
                 by_pattern[entry.pattern] = copy
                 merged.files.append(copy)
             else:
@@ -48,22 +41,35 @@ def merge_configs(configs: Sequence[Config]) -> Config:
 
 
 def _combine_file(target: FileEntry, entry: FileEntry, problems: list[tuple[Pos, str]]) -> None:
-    if entry.unlisted_pos is not None:
-        if target.unlisted_pos is None:
-            target.unlisted_test_mode, target.unlisted_pos = (
-                entry.unlisted_test_mode,
-                entry.unlisted_pos,
-            )
-        elif target.unlisted_test_mode != entry.unlisted_test_mode:
-            problems.append(
-                (
-                    entry.unlisted_pos,
-                    f"conflicting unlisted_test_mode for '{entry.path}': "
-                    f"'{entry.unlisted_test_mode}' here, '{target.unlisted_test_mode}' at "
-                    f"{target.unlisted_pos}",
-                )
-            )
+    _combine_setting(target, entry, "unlisted_test_mode", "unlisted_pos", problems)
+    _combine_setting(target, entry, "bypass_device_restrictions", "bypass_pos", problems)
     target.tests.extend(entry.tests)
+
+
+def _combine_setting(
+    target: FileEntry, entry: FileEntry, key: str, pos_key: str, problems: list[tuple[Pos, str]]
+) -> None:
+    """A files entry's setting: taken from the first config that writes it; another
+    config writing a different value is a conflict."""
+    pos, value, current = getattr(entry, pos_key), getattr(entry, key), getattr(target, key)
+    if pos is None:
+        return
+    if getattr(target, pos_key) is None:
+        setattr(target, key, value)
+        setattr(target, pos_key, pos)
+    elif current != value:
+        problems.append(
+            (
+                pos,
+                f"conflicting {key} for '{entry.path}': '{_yaml(value)}' here, "
+                f"'{_yaml(current)}' at {getattr(target, pos_key)}",
+            )
+        )
+
+
+def _yaml(value: Any) -> Any:
+    """A setting as the config spells it (true, not True)."""
+    return str(value).lower() if isinstance(value, bool) else value
 
 
 def _check_name_modes(entry: FileEntry, problems: list[tuple[Pos, str]]) -> None:

@@ -8,6 +8,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .inputs import ModuleInputs
 
 MODES = ("mandatory_success", "xfail", "xfail_strict", "skip")
 LABELS = ("smoke", "unit", "integration", "regression", "trunk")
@@ -100,12 +104,17 @@ class OpSpec:
     pos: Pos
     dtypes: tuple[DtypeSpec, ...] | None = None
     force_xfail: bool = False
+    # `edits.ops.include` only: markers of this op's generated variants (with the entry's).
+    tags: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
 class ModuleSpec:
     name: str  # as written, e.g. "torch.nn.Linear"
     pos: Pos
+    # `edits.modules.include` only: a custom module, built from its import path with the
+    # config's inputs (``inputs.py``) instead of being looked up in module_db.
+    inputs: ModuleInputs | None = field(default=None, compare=False)
 
     @property
     def short(self) -> str:
@@ -167,6 +176,9 @@ class TestEntry:
     tags: tuple[str, ...] = ()
     edits: Edits = Edits()
     reason: str = ""
+    # True/False: this entry's tests do / do not ignore upstream's device restrictions;
+    # None: the files entry decides (see ``FileEntry.bypass_device_restrictions``).
+    bypass_device_restrictions: bool | None = None
 
 
 @dataclass
@@ -177,6 +189,11 @@ class FileEntry:
     pos: Pos
     unlisted_test_mode: str = DEFAULT_UNLISTED_MODE
     unlisted_pos: Pos | None = None
+    # Opt-in: classes upstream instantiates only for other devices (``only_for`` /
+    # ``except_for``) are instantiated for privateuse1 too, and ``@onlyOn``-style
+    # decorators (``@onlyCUDA``, ``@onlyCPU``...) let the tests run on the device.
+    bypass_device_restrictions: bool = False
+    bypass_pos: Pos | None = None
     tests: list[TestEntry] = field(default_factory=list)
 
     @property

@@ -35,6 +35,8 @@ from .timeouts import time_limit
 ENV_DEVICE = "CRCR_REUSE_DEVICE"
 # The methods a collected test compares on the CPU (its entry's `functions.cpu_move`).
 CPU_MOVE = pytest.StashKey[tuple[str, ...]]()
+# A collected test whose config entry says `bypass_device_restrictions: true`.
+BYPASS = pytest.StashKey[bool]()
 DEFAULT_DEVICE = "selection.reuse.reference_device"
 MARKER_HELP = (
     "op__NAME: a generated test of OpInfo NAME (crcr reuse)",
@@ -60,6 +62,7 @@ class Target:
     test: str
     variant: tuple[str | None, tuple[str, ...], str | None] = (None, (), None)
     forced: str | None = None
+    op_tags: tuple[str, ...] = ()  # the tags its op's `edits.ops.include` item gives
 
 
 def reports_skips(options: argparse.Namespace) -> bool:
@@ -197,10 +200,14 @@ class ReuseSession:
                     by_shard.append(item)
                     continue
                 seen.add((target.path, normalize_class(cls_name or ""), item.name))
-            marking.apply(item, target.decision, target.test, target.variant, target.forced)
+            marking.apply(
+                item, target.decision, target.test, target.variant, target.forced, target.op_tags
+            )
             entry = target.decision.entry
             if entry is not None and entry.edits.cpu_move:
                 item.stash[CPU_MOVE] = entry.edits.cpu_move
+            if target.decision.bypasses_restrictions:
+                item.stash[BYPASS] = True
             kept.append(item)
         if by_config or by_shard:
             config.hook.pytest_deselected(items=by_config + by_shard)
@@ -249,10 +256,12 @@ class ReuseSession:
         variant = (
             op.full_name if op is not None else None,
             dtypes,
-            f"torch.{module.name}" if module is not None else None,
+            # A custom module (`module_path`) goes by the name its config gives it.
+            getattr(module, "crcr_name", None) or f"torch.{module.name}" if module else None,
         )
         forced = decision.filters.forced_xfail(dtypes, op_names)
-        return Target(path, decision, test, variant, forced)
+        op_tags = decision.filters.op_tags(op_names)
+        return Target(path, decision, test, variant, forced, op_tags)
 
     def _realpath(self, path: Any) -> str:
         key = str(path)
@@ -265,7 +274,11 @@ class ReuseSession:
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, Any, Any]:
-        with time_limit(self.namespace.reuse_timeout, item.nodeid), on_cpu(item):
+        with (
+            time_limit(self.namespace.reuse_timeout, item.nodeid),
+            on_cpu(item),
+            restrictions_bypassed(item),
+        ):
             return (yield)
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
@@ -348,6 +361,22 @@ def on_cpu(item: pytest.Item) -> Iterator[None]:
     finally:
         for name in names:
             instance.__dict__.pop(name, None)
+
+
+@contextlib.contextmanager
+def restrictions_bypassed(item: pytest.Item) -> Iterator[None]:
+    """While the test runs, its instance says torch's ``bypass_device_restrictions``: the
+    ``@onlyOn`` decorators (``@onlyCUDA``, ``@onlyCPU``...) then run it instead of skipping
+    it. Set on the instance, so no other test of the class sees it."""
+    instance = getattr(item, "instance", None)
+    if not item.stash.get(BYPASS, False) or instance is None:
+        yield
+        return
+    instance.bypass_device_restrictions = True
+    try:
+        yield
+    finally:
+        instance.__dict__.pop("bypass_device_restrictions", None)
 
 
 def _arguments_on_cpu(method: Any) -> Any:

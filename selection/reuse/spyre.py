@@ -12,15 +12,23 @@ a Spyre config so crcr's loader reads it and selects what Spyre's framework woul
   an empty `supported_ops: []` (Spyre: no filter) is dropped (crcr: nothing supported);
 - labels outside crcr's tiers (`full`, `core`, …) are kept as tags `testtype__<label>`
   on every tests entry (Spyre marks each test so);
-- `edits.ops.include` is dropped: Spyre applies it only inside its own model-ops test,
-  where it describes sample inputs, so on any other test crcr would add ops Spyre never runs;
+- `edits.ops.include`: a model-op item (with `sample_inputs_func` or `kwargs`: Spyre runs
+  it only in its own model-ops test) is dropped; an item that only names an op stays, with
+  its `tags` (crcr adds the op to the test's `@ops` list and marks its variants with them)
+  when the op is in torch's op_db (`known_op`: `in_op_db` for the command; without it they
+  stay unchecked). Spyre lists such an item on upstream tests but never adds the op;
+- `edits.modules.include` items with a `module_path` (custom modules) stay with their
+  `constructor_inputs` / `forward_inputs` / `sample_inputs_func` (crcr builds them:
+  ``inputs.py``); inputs of an item without `module_path` are dropped (Spyre ignores
+  them too); `sample_inputs_func` beside `forward_inputs` is dropped (Spyre reads the latter);
 - `description` stays: crcr reads it as the entry's reason; `functions.cpu_move` stays
   (crcr moves the listed methods' tensor arguments to the CPU for the listed tests only,
   where Spyre patches the test's whole class).
-Whatever has no meaning for crcr (sample inputs, model-op kwargs, custom module
-constructors, input seeds, top-level `cases`, …) is removed and reported
-once per key with how often it occurred (`ImportReport`). Comments are kept (ruamel.yaml
-round trip), so reasons written as comments stay reasons.
+Whatever has no meaning for crcr (model-op samples, input seeds, per-module dtypes of
+`supported_modules`, top-level `cases`, …) is removed and reported once per key with how
+often it occurred (`ImportReport`), and so is what crcr keeps with a meaning of its own.
+Comments and anchors are kept (ruamel.yaml round trip), so reasons written as comments
+stay reasons.
 """
 
 from __future__ import annotations
@@ -28,7 +36,9 @@ from __future__ import annotations
 import io
 import re
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any
 
 from ruamel.yaml import YAML
@@ -46,12 +56,17 @@ WHY = {
     "files.labels": "per-file labels (Spyre fills them when it merges configs)",
     "tests.labels": "per-entry TEST_TYPE filter of Spyre's runner",
     "tests.no_grad": "Spyre's no_grad wrapper",
-    "edits.ops.include": "op includes: Spyre applies them only to its model-ops test",
+    "edits.ops.include": "model-op items (sample inputs): Spyre runs them only in its model-ops test",
+    "edits.ops.include.not_in_op_db": "op includes naming no op of torch's op_db",
+    "edits.ops.include.dtypes": "never read by Spyre on an op include",
+    "edits.ops.include.force_xfail": "never read by Spyre on an op include",
     "edits.dtypes.include.force_xfail": "never read by Spyre on an edit",
-    "edits.modules.include.module_path": "custom modules built from an import path",
-    "edits.modules.include.constructor_inputs": "custom module constructor inputs",
-    "edits.modules.include.forward_inputs": "custom module forward inputs",
-    "edits.modules.include.sample_inputs_func": "custom module sample inputs",
+    "edits.modules.include.constructor_inputs": "inputs of a module without module_path "
+    "(Spyre ignores them too)",
+    "edits.modules.include.forward_inputs": "inputs of a module without module_path",
+    "edits.modules.include.sample_inputs_func": "inputs of a module without module_path",
+    "edits.modules.include.sample_inputs_func.shadowed": "beside forward_inputs, which Spyre reads",
+    "edits.modules.include.forward_inputs.empty": "an empty forward_inputs list (Spyre: none)",
     "edits.modules.include.apply_device_layout": "Spyre's device layout flag",
     "supported_modules.force_xfail": "never read by Spyre",
     "supported_modules.dtypes": "per-module dtypes of Spyre's custom modules",
@@ -68,10 +83,38 @@ KEYS = {
     "edits": ("dtypes", "ops", "modules", "functions"),
     "dtype": ("name", "precision", "force_xfail", "description"),
     "op": ("name", "dtypes", "force_xfail", "description"),
+    "op_include": ("name", "tags", "description"),
     "module": ("name", "description"),
+    "module_include": (
+        "name",
+        "description",
+        "module_path",
+        "constructor_inputs",
+        "forward_inputs",
+        "sample_inputs_func",
+    ),
     "global": ("supported_dtypes", "supported_ops", "supported_modules"),
 }
 CLASS_LITERAL = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+MODEL_OP_KEYS = ("sample_inputs_func", "kwargs")  # what makes an op include a model-op item
+MODULE_INPUTS = ("constructor_inputs", "forward_inputs", "sample_inputs_func")
+# Kept with crcr's own meaning (the report's "differs" lines).
+OP_KEPT = (
+    "edits.ops.include of an op in torch's op_db: crcr adds it to the test's @ops list, its "
+    "tags marking its variants (Spyre reads op includes only in its model-ops test)"
+)
+OP_UNCHECKED = (
+    "edits.ops.include naming an op, kept without checking torch's op_db: crcr adds an op_db "
+    "op to the test's @ops list, its tags marking its variants (Spyre: model-ops test only)"
+)
+CUSTOM_MODULE = (
+    "edits.modules.include with module_path: crcr builds its inputs on the test's device, "
+    "<config:…> as an instance, in its inputs' dtypes (Spyre: on the host, float32/float16)"
+)
+NARROWING = (
+    "edits.modules.include: crcr adds to the test's own @modules list (Spyre also narrows it "
+    "to the included modules: narrow it with edits.modules.exclude or supported_modules)"
+)
 
 
 class ImportProblem(Exception):
@@ -84,6 +127,7 @@ class ImportReport:
 
     dropped: Counter[str] = field(default_factory=Counter)
     explicit: Counter[str] = field(default_factory=Counter)
+    differs: Counter[str] = field(default_factory=Counter)
     configs: int = 0
 
     def text(self) -> str:
@@ -91,11 +135,14 @@ class ImportReport:
         if self.explicit:
             lines.append("made explicit (Spyre's meaning, written out):")
             lines += [f"  {count:7d}  {what}" for what, count in sorted(self.explicit.items())]
+        if self.differs:
+            lines.append("kept, with crcr's meaning (which differs from Spyre's):")
+            lines += [f"  {count:7d}  {what}" for what, count in sorted(self.differs.items())]
         if self.dropped:
             lines.append("dropped (no meaning for a privateuse1 backend in crcr):")
             for key, count in sorted(self.dropped.items(), key=lambda kv: (-kv[1], kv[0])):
                 why = WHY.get(key) or (
-                    "part of the op includes dropped above"
+                    "part of the model-op items dropped above"
                     if key.startswith("edits.ops.include.")
                     else "not read by Spyre's framework either"
                 )
@@ -111,9 +158,15 @@ def _yaml() -> YAML:
 
 
 def import_text(
-    text: str, name: str, report: ImportReport | None = None
+    text: str,
+    name: str,
+    report: ImportReport | None = None,
+    known_op: Callable[[str], bool | None] | None = None,
 ) -> tuple[str, ImportReport]:
-    """A Spyre config's text in crcr's strict form, and the report (added to `report`)."""
+    """A Spyre config's text in crcr's strict form, and the report (added to `report`).
+
+    ``known_op``: whether torch's op_db has an op (None: cannot tell), asked for op
+    includes that only name an op; without it (no torch here) they are kept unchecked."""
     report = report if report is not None else ImportReport()
     try:
         document = _yaml().load(text)
@@ -121,16 +174,33 @@ def import_text(
         raise ImportProblem(f"{name}: not YAML ({error})") from None
     if not isinstance(document, dict) or "test_suite_config" not in document:
         raise ImportProblem(f"{name}: no top-level 'test_suite_config' (not a Spyre config)")
-    _Importer(report).document(document)
+    _Importer(report, known_op).document(document)
     report.configs += 1
     out = io.StringIO()
     _yaml().dump(document, out)
     return out.getvalue(), report
 
 
+def in_op_db(name: str) -> bool | None:
+    """Whether torch's op_db has an op of this name or full name (None: no torch here).
+    Imports PyTorch's test machinery (seconds), once, when first asked."""
+    names = _op_db_names()
+    return None if names is None else name.removeprefix("torch.") in names
+
+
+@cache
+def _op_db_names() -> frozenset[str] | None:
+    try:
+        from torch.testing._internal.common_methods_invocations import op_db
+    except ImportError:
+        return None
+    return frozenset(n for op in op_db for n in (op.name, op.full_name))
+
+
 class _Importer:
-    def __init__(self, report: ImportReport):
+    def __init__(self, report: ImportReport, known_op: Callable[[str], bool | None] | None):
         self.report = report
+        self.known_op = known_op
 
     def drop(self, mapping: Any, allowed: tuple[str, ...], place: str) -> None:
         for key in [k for k in mapping if k not in allowed]:
@@ -193,11 +263,7 @@ class _Importer:
         if "mode" not in test:
             test.insert(_after(test, "names"), "mode", SPYRE_MODE)
             self.report.explicit[f"mode: {SPYRE_MODE} (Spyre's default)"] += 1
-        tags = test.get("tags")
-        if isinstance(tags, list):
-            for tag in [t for t in tags if not (isinstance(t, str) and TAG_FORM.fullmatch(t))]:
-                tags.remove(tag)
-                self.report.dropped["tags.invalid"] += 1
+        tags = self.tags(test)
         if extra_tags:
             current = test.get("tags") if isinstance(tags, list) else None
             merged = list(current or []) + [t for t in extra_tags if t not in (current or [])]
@@ -209,6 +275,15 @@ class _Importer:
             self.edits(test["edits"])
             if not test["edits"]:
                 del test["edits"]
+
+    def tags(self, item: Any) -> Any:
+        """An item's `tags` list without the tags that are not marker names."""
+        tags = item.get("tags")
+        if isinstance(tags, list):
+            for tag in [t for t in tags if not (isinstance(t, str) and TAG_FORM.fullmatch(t))]:
+                tags.remove(tag)
+                self.report.dropped["tags.invalid"] += 1
+        return tags
 
     def name(self, name: str) -> str:
         cls, sep, method = name.rpartition("::")
@@ -225,12 +300,7 @@ class _Importer:
         ops = edits.get("ops")
         if isinstance(ops, dict):
             if "include" in ops:
-                included = ops.pop("include") or []
-                self.report.dropped["edits.ops.include"] += len(included)
-                for item in included:
-                    for key in item if isinstance(item, dict) else ():
-                        if key != "name":
-                            self.report.dropped[f"edits.ops.include.{key}"] += 1
+                self.op_includes(ops)
             self.items(ops.get("exclude"), KEYS["op"], "edits.ops.exclude")
             if not ops:
                 del edits["ops"]
@@ -240,8 +310,55 @@ class _Importer:
                 self.items(dtypes.get(way), KEYS["dtype"], f"edits.dtypes.{way}")
         modules = edits.get("modules")
         if isinstance(modules, dict):
-            for way in ("include", "exclude"):
-                self.items(modules.get(way), KEYS["module"], f"edits.modules.{way}")
+            self.module_includes(modules.get("include"))
+            self.items(modules.get("exclude"), KEYS["module"], "edits.modules.exclude")
+
+    def op_includes(self, ops: Any) -> None:
+        """Keep the op includes crcr can honour (in place: a YAML alias shares the list)."""
+        included = ops["include"]
+        if isinstance(included, list):
+            included[:] = [item for item in included if self.op_include(item)]
+        if not included:
+            del ops["include"]
+
+    def op_include(self, item: Any) -> bool:
+        if not isinstance(item, dict):
+            return True  # crcr's loader names the problem
+        if any(_has_inputs(item.get(key)) for key in MODEL_OP_KEYS):
+            self.report.dropped["edits.ops.include"] += 1
+            for key in [k for k in item if k != "name"]:
+                self.report.dropped[f"edits.ops.include.{key}"] += 1
+            return False
+        known = self.known_op(str(item.get("name"))) if self.known_op else None
+        if known is False:
+            self.report.dropped["edits.ops.include.not_in_op_db"] += 1
+            return False
+        for key in MODEL_OP_KEYS:
+            item.pop(key, None)  # empty, so nothing is lost
+        self.drop(item, KEYS["op_include"], "edits.ops.include")
+        self.tags(item)
+        self.report.differs[OP_UNCHECKED if known is None else OP_KEPT] += 1
+        return True
+
+    def module_includes(self, items: Any) -> None:
+        """Custom modules (`module_path`) keep their inputs; other items lose them."""
+        items = items if isinstance(items, list) else []
+        for item in (i for i in items if isinstance(i, dict)):
+            self.drop(item, KEYS["module_include"], "edits.modules.include")
+            if "module_path" not in item:
+                for key in [k for k in MODULE_INPUTS if k in item]:
+                    self.report.dropped[f"edits.modules.include.{key}"] += 1
+                    del item[key]
+                continue
+            if item.get("forward_inputs") == []:
+                self.report.dropped["edits.modules.include.forward_inputs.empty"] += 1
+                del item["forward_inputs"]
+            elif "forward_inputs" in item and "sample_inputs_func" in item:
+                self.report.dropped["edits.modules.include.sample_inputs_func.shadowed"] += 1
+                del item["sample_inputs_func"]
+            self.report.differs[CUSTOM_MODULE] += 1
+        if items:
+            self.report.differs[NARROWING] += 1
 
     def items(self, items: Any, allowed: tuple[str, ...], place: str) -> None:
         for item in items if isinstance(items, list) else ():
@@ -273,6 +390,13 @@ class _Importer:
             if isinstance(item, str):
                 items[index] = CommentedMap(name=item)
                 self.report.explicit[f"{place} written as strings, as {{name: …}}"] += 1
+
+
+def _has_inputs(value: Any) -> bool:
+    """Whether a model-op key holds anything (an empty `{args: [], kwargs: {}}` does not)."""
+    if isinstance(value, dict):
+        return any(_has_inputs(inner) for inner in value.values())
+    return value not in (None, [], "")
 
 
 def _after(mapping: Any, key: str) -> int:

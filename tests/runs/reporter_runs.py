@@ -12,7 +12,7 @@ from urllib.parse import parse_qs, urlsplit
 from runs import results, shard_worker
 from runs.models import Backend, Run, Shard, Trigger
 from runs.relay import outbox, protocol
-from runs.report_files import TestRecord
+from selection.reuse.outcomes import TestRecord
 from tests.factories import make_backend, make_config
 from tests.runs.relay_runs import REPO, dispatched_run, make_run
 

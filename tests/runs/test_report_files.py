@@ -10,8 +10,9 @@ import pytest
 from runs import ingest
 from runs.crash_pinning import Executor, ShardSpec
 from runs.models import Run, Shard, Trigger
-from runs.report_files import ReportError, check_junit, parse_junit, read_progress
+from runs.report_files import check_junit, parse_junit
 from selection.reuse.launcher import PytestRun, TestEnvironment
+from selection.reuse.outcomes import ReportError, read_progress
 from tests.factories import make_backend, make_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -63,8 +64,7 @@ def test_a_corrupt_progress_line_is_refused_but_a_killed_process_cut_line_is_not
     path = tmp_path / "p001.progress.jsonl"
     good = '{"node_id": "t.py::test_a", "event": "finish", "outcome": "passed"}\n'
     path.write_text(good + '{"node_id": "t.py::test_b", "event": "fin')
-    records, _ = read_progress(path, ended=False)
-    assert list(records) == ["t.py::test_a"]
+    assert list(read_progress(path, ended=False).records) == ["t.py::test_a"]
     with pytest.raises(ReportError, match="p001.progress.jsonl: line 2 is not a progress entry"):
         read_progress(path, ended=True)
     path.write_text(good + "garbage\n" + good)

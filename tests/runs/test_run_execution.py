@@ -11,7 +11,7 @@ import pytest
 from runs import planning, triggers
 from runs.models import Dispatch, Failure, Run, Shard, TestResult
 from runs.relay.simulator import RelaySimulator
-from runs.report_files import read_progress
+from selection.reuse.outcomes import read_progress
 from tests.dispatches import pr_dispatch
 from tests.factories import make_backend, make_config
 from tests.runs.treeconfig import TREE, tree_config
@@ -41,7 +41,7 @@ def direct_outcomes(tmp_path) -> dict[str, str]:
     )  # fmt: skip
     # Read as crcr reads a shard's log (a strict XPASS is an unexpected pass). A direct
     # run reports the config's skips as skipped; a crcr run never plans them.
-    records, _ = read_progress(progress, ended=True)
+    records = read_progress(progress, ended=True).records
     return {
         node_id: record.outcome
         for node_id, record in records.items()

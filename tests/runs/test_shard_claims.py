@@ -7,7 +7,7 @@ from django.utils import timezone
 
 from runs import ingest, shard_worker, tasks
 from runs.models import Run, Shard, TestResult
-from runs.report_files import TestRecord
+from selection.reuse.outcomes import TestRecord
 from tests.factories import make_backend, make_config
 from tests.reproducibility.builders import make_run
 

@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 
 from runs.models import Run, Shard, TestResult, Trigger
-from runs.report_files import TestRecord as Attempt
 from selection.refine import correct, flaky_history, observe
+from selection.reuse.outcomes import TestRecord as Attempt
 from tests.factories import make_backend, make_config
 
 TREE = Path("/tree")

@@ -129,6 +129,7 @@ EXPECTED_SECONDS = {
     "lint": 40,
     "xdist": 30,
     "run": 25,
+    "supervisor": 12,
     "collect": 22,
     "collect_op_add": 16,
     "list_collect": 12,

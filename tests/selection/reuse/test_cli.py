@@ -96,6 +96,55 @@ def test_explain_says_when_the_unlisted_mode_applies(capsys: pytest.CaptureFixtu
     assert "mode: mandatory_success" in out.splitlines()
 
 
+BYPASSING = """\
+test_suite_config:
+  files:
+    - path: ${TORCH_ROOT}/test/test_dtypes_reuse.py
+      bypass_device_restrictions: true
+      tests:
+        - names: [TestTensorBasics::test_cpu_only]
+          mode: mandatory_success
+        - names: [TestTensorBasics::test_fill]
+          mode: mandatory_success
+          bypass_device_restrictions: false
+"""
+
+
+def test_explain_says_which_entry_bypasses_device_restrictions(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    config = tmp_path / "bypass.yaml"
+    config.write_text(BYPASSING)
+    test = f"{TREE}/test/test_dtypes_reuse.py::TestTensorBasicsPRIVATEUSEONE::test_cpu_only_privateuseone"
+    code, out, _ = run_cli(
+        capsys, "explain", test, "--config", str(config), "--torch-root", str(TREE)
+    )
+    assert code == 0
+    assert f"device restrictions: bypassed (bypass_device_restrictions at {config}:4:35)" in out
+    fill = f"{TREE}/test/test_dtypes_reuse.py::TestTensorBasics::test_fill"
+    code, out, _ = run_cli(
+        capsys, "explain", fill, "--config", str(config), "--torch-root", str(TREE)
+    )
+    assert code == 0 and "device restrictions: upstream's hold" in out
+
+
+def test_merge_keeps_bypass_device_restrictions_on_files_and_tests(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    config = tmp_path / "bypass.yaml"
+    config.write_text(BYPASSING)
+    code, out, _ = run_cli(capsys, "merge", str(config), "--torch-root", str(TREE))
+    assert code == 0
+    [entry] = yaml.safe_load(out)["test_suite_config"]["files"]
+    assert entry["bypass_device_restrictions"] is True
+    assert [t.get("bypass_device_restrictions") for t in entry["tests"]] == [None, False]
+    merged = tmp_path / "merged.yaml"
+    merged.write_text(out)
+    [again] = load_configs([merged], {"TORCH_ROOT": str(TREE)}).files
+    assert again.bypass_device_restrictions is True
+    assert [t.bypass_device_restrictions for t in again.tests] == [None, False]
+
+
 def test_explain_rejects_a_test_id_of_a_missing_file(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run_cli(capsys, "explain", "test/nope.py::A::test_b", "--config", DEMO)
     assert code == 1 and "no such test file" in err

@@ -145,7 +145,7 @@ test_suite_config:
         f"{path}:11:19: unknown key 'sample_inputs_func' in an op in edits.ops.include "
         "(torch-spyre's model-op sample inputs are not supported by crcr; for a Torch Spyre "
         "config run `python -m selection.reuse import-spyre`); allowed: name, dtypes, "
-        "force_xfail, description"
+        "force_xfail, description, tags"
     ]
 
 

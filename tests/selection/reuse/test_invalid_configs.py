@@ -22,6 +22,21 @@ def one_test(entry: str) -> str:
     return f"test_suite_config:\n  files:\n    - path: {FILE}\n      tests:\n        - {entry}\n"
 
 
+def edit(kind: str, way: str, item: str) -> str:
+    """A config whose one tests entry has one item (YAML after '- ') in edits.KIND.WAY."""
+    head = "names: [test_fill]\n          mode: mandatory_success\n          edits:\n"
+    return one_test(f"{head}            {kind}:\n              {way}:\n                - {item}")
+
+
+def custom_module(*keys: str) -> str:
+    """A config including custom module M with these keys (one YAML line each), line 11 on."""
+    return edit("modules", "include", "\n                  ".join(["name: M", *keys]))
+
+
+LINEAR = "module_path: torch.nn.Linear"
+TENSOR = "forward_inputs: {args: [{tensor: %s}]}"
+
+
 # (case id, {file name: text}, "file:line:column", a fragment of the message)
 CASES: list[tuple[str, dict[str, str], str, str]] = [
     ("unknown top-level key", {"c.yaml": "test_suite_cfg:\n  files: []\n"}, "c.yaml:1:1", "unknown key 'test_suite_cfg'"),
@@ -44,7 +59,24 @@ CASES: list[tuple[str, dict[str, str], str, str]] = [
     ("unknown label", {"c.yaml": "test_suite_config:\n  labels: [nightly]\n"}, "c.yaml:2:12", "a label must be one of"),
     ("force_xfail that is not a boolean", {"c.yaml": "test_suite_config:\n  global:\n    supported_ops: [{name: add, force_xfail: maybe}]\n"}, "c.yaml:3:46", "force_xfail must be true or false"),
     ("conflicting unlisted_test_mode when merging", {"a.yaml": f"test_suite_config:\n  files:\n    - path: {FILE}\n      unlisted_test_mode: skip\n", "b.yaml": f"test_suite_config:\n  files:\n    - path: {FILE}\n      unlisted_test_mode: xfail\n"}, "b.yaml:4:27", "conflicting unlisted_test_mode"),
+    ("bypass_device_restrictions that is not a boolean", {"c.yaml": f"test_suite_config:\n  files:\n    - path: {FILE}\n      bypass_device_restrictions: cuda\n"}, "c.yaml:4:35", "bypass_device_restrictions must be true or false"),
+    ("bypass_device_restrictions of a tests entry that is a list", {"c.yaml": one_test("names: [TestCudaOnly::test_streams]\n          mode: mandatory_success\n          bypass_device_restrictions: [cuda]")}, "c.yaml:7:39", "bypass_device_restrictions must be true or false"),
+    ("conflicting bypass_device_restrictions when merging", {"a.yaml": f"test_suite_config:\n  files:\n    - path: {FILE}\n      bypass_device_restrictions: true\n", "b.yaml": f"test_suite_config:\n  files:\n    - path: {FILE}\n      bypass_device_restrictions: false\n"}, "b.yaml:4:35", "conflicting bypass_device_restrictions for '${TORCH_ROOT}/test/test_dtypes_reuse.py': 'false' here, 'true' at"),
     ("conflicting modes for one name when merging", {"a.yaml": one_test("names: [TestTensorBasics::test_fill]\n          mode: skip"), "b.yaml": one_test("names: [TestTensorBasics::test_fill]\n          mode: xfail")}, "b.yaml:5:19", "conflicting mode for 'TestTensorBasics::test_fill'"),
+    ("an input tensor with an unknown init", {"c.yaml": custom_module(LINEAR, TENSOR % "{shape: [2], dtype: float32, init: gaussian}")}, "c.yaml:12:87", "init must be one of rand, randn, randint"),
+    ("an input tensor loaded from a file", {"c.yaml": custom_module(LINEAR, TENSOR % "{shape: [2], dtype: float32, init: file}")}, "c.yaml:12:87", "(init: file) are not supported by crcr"),
+    ("a randint input without init_args.high", {"c.yaml": custom_module(LINEAR, TENSOR % "{shape: [2], dtype: int64, init: randint}")}, "c.yaml:12:52", "a tensor with init randint needs init_args.high"),
+    ("an input tensor in a dtype crcr does not build", {"c.yaml": custom_module(LINEAR, TENSOR % "{shape: [2], dtype: float8_e4m3fn}")}, "c.yaml:12:72", "dtype 'float8_e4m3fn' is not one crcr builds tensors in"),
+    ("an unknown key in an input tensor", {"c.yaml": custom_module(LINEAR, TENSOR % "{shape: [2], dtype: float32, layout: strided}")}, "c.yaml:12:81", "unknown key 'layout' in a tensor"),
+    ("a module_path that is not an import path", {"c.yaml": custom_module("module_path: Linear")}, "c.yaml:11:32", "module_path 'Linear' is not an import path"),
+    ("module inputs without a module_path", {"c.yaml": custom_module("constructor_inputs: {args: [{value: 4}]}")}, "c.yaml:10:19", "a custom module needs a 'module_path'"),
+    ("a py input that is more than a literal", {"c.yaml": custom_module(LINEAR, "forward_inputs: {args: [{py: \"__import__('os')\"}]}")}, "c.yaml:12:48", "is not a literal"),
+    ("an input argument of two kinds", {"c.yaml": custom_module(LINEAR, "forward_inputs: {args: [{value: 1, py: '2'}]}")}, "c.yaml:12:43", "needs exactly one of tensor, tensor_list, value, py"),
+    ("a malformed config reference", {"c.yaml": custom_module(LINEAR, "constructor_inputs: {args: [{value: '<config:GraniteConfig>'}]}")}, "c.yaml:12:55", "is not a config reference"),
+    ("forward_inputs beside sample_inputs_func", {"c.yaml": custom_module(LINEAR, "forward_inputs: {args: []}", "sample_inputs_func: {args: []}")}, "c.yaml:13:39", "not both"),
+    ("custom module keys on an excluded module", {"c.yaml": edit("modules", "exclude", "{name: M, module_path: torch.nn.Linear}")}, "c.yaml:10:29", "unknown key 'module_path'"),
+    ("an op tag that is not a marker name", {"c.yaml": edit("ops", "include", "{name: add, tags: [not a marker]}")}, "c.yaml:10:38", "tag 'not a marker' is not a valid marker name"),
+    ("tags on an excluded op", {"c.yaml": edit("ops", "exclude", "{name: add, tags: [fp32operation]}")}, "c.yaml:10:31", "unknown key 'tags' in an op in edits.ops.exclude"),
     ("conflicting dtype precision when merging", {"a.yaml": "test_suite_config:\n  global:\n    supported_dtypes: [{name: float16}]\n", "b.yaml": "test_suite_config:\n  global:\n    supported_dtypes: [{name: float16, precision: {atol: 0.1}}]\n"}, "b.yaml:3:24", "conflicting settings for dtype 'float16'"),
 ]  # fmt: skip
 

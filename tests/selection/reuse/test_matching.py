@@ -143,3 +143,56 @@ def test_names_that_matched_nothing_are_reported(rules: Rules) -> None:
     unmatched = {pattern.text for pattern in rules.unmatched_patterns()}
     assert "TestFlaky::test_flaky" in unmatched
     assert "TestPlainMath::test_sum" not in unmatched
+
+
+RESTRICTIONS = """\
+test_suite_config:
+  files:
+    - path: ${TORCH_ROOT}/test/test_dtypes_reuse.py
+      bypass_device_restrictions: true
+      tests:
+        - names: [TestTensorBasics::test_cpu_only]
+          mode: mandatory_success
+        - names: [TestTensorBasics::test_fill]
+          mode: mandatory_success
+          bypass_device_restrictions: false
+    - path: ${TORCH_ROOT}/test/test_plain_reuse.py
+      tests:
+        - names: ['TestPlainMath::.*']
+          mode: mandatory_success
+          bypass_device_restrictions: true
+"""
+
+
+def test_a_tests_entry_bypasses_device_restrictions_or_leaves_it_to_its_files_entry(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "restrictions.yaml"
+    path.write_text(RESTRICTIONS)
+    rules = Rules(load_configs([path], {"TORCH_ROOT": str(TREE)}))
+    dtypes = rules.for_file(TREE_TESTS / "test_dtypes_reuse.py")
+    assert dtypes is not None
+    file_setting = f"{path}:4:35"
+    assert str(dtypes.decide("TestTensorBasics", "test_cpu_only").restrictions_lifted_by) == (
+        file_setting
+    )
+    assert str(dtypes.decide("TestTensorBasics", "test_matmul").restrictions_lifted_by) == (
+        file_setting  # unlisted: the files entry decides
+    )
+    assert not dtypes.decide("TestTensorBasics", "test_fill").bypasses_restrictions
+    assert str(plain(rules).decide("TestPlainMath", "test_sum").restrictions_lifted_by) == (
+        f"{path}:13:11"
+    )
+    assert not plain(rules).decide("TestPlainStrings", "test_sum").bypasses_restrictions
+
+
+def test_asking_whether_a_class_bypasses_restrictions_uses_none_of_its_names(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "restrictions.yaml"
+    path.write_text(RESTRICTIONS)
+    rules = Rules(load_configs([path], {"TORCH_ROOT": str(TREE)}))
+    assert plain(rules).bypasses_restrictions("TestPlainMath", ["test_sum"])
+    assert not plain(rules).bypasses_restrictions("TestPlainStrings", ["test_sum"])
+    # The class may stay uninstantiated: its name still counts as matching nothing.
+    assert "TestPlainMath::.*" in {pattern.text for pattern in rules.unmatched_patterns()}

@@ -84,10 +84,14 @@ def test_a_spyre_config_imports_validates_and_keeps_its_meaning(tmp_path):
     assert wrong.reason == "asserts 11 == 10 on purpose"
     assert wrong.tags == ("issue-2508", "testtype__full")
     assert config.labels == ("trunk",)
-    # Op includes (Spyre applies them to its model-ops test only) dropped; excludes kept.
+    # Model-op items (sample inputs: Spyre's model-ops test only) dropped; excludes kept.
     assert not model_ops.edits.ops.include
     assert [o.name for o in model_ops.edits.ops.exclude] == ["lgamma"]
-    assert [m.name for m in model_ops.edits.modules.include] == ["GraniteRMSNorm"]
+    # A custom module keeps its import path and its inputs.
+    (norm,) = model_ops.edits.modules.include
+    assert norm.name == "GraniteRMSNorm" and norm.inputs is not None
+    assert norm.inputs.module_path == "transformers.models.granite.modeling_granite.GraniteRMSNorm"
+    assert norm.inputs.constructor.args[0].data == 64
     assert model_ops.edits.cpu_move == ("assertEqual",)
     assert [o.name for o in config.global_.supported_ops or ()] == ["add", "sub"]
     assert config.global_.supported_dtypes[0].precision.rtol == 0.01
@@ -103,7 +107,9 @@ def test_the_report_groups_what_was_dropped_once_per_key_with_a_count(tmp_path):
     assert counted["edits.ops.include"] == 2
     assert counted["edits.ops.include.sample_inputs_func"] == 2
     assert counted["edits.ops.include.kwargs"] == 2
-    assert counted["edits.modules.include.module_path"] == 2
+    assert "edits.modules.include.module_path" not in counted  # kept: a custom module
+    assert counted["edits.modules.include with module_path"] == 2
+    assert counted["edits.modules.include"] == 2  # crcr does not narrow @modules lists
     assert counted["cases"] == 2 and counted["global.input_config"] == 2
     assert counted["files.labels"] == 2 and counted["tags.invalid"] == 2
     assert counted["names.class_pattern"] == 2
@@ -213,3 +219,175 @@ def test_cpu_move_compares_the_listed_tests_on_the_cpu_and_no_other(tmp_path):
     outcomes = {name.split("_privateuse")[0]: r["outcome"] for name, r in
                 ((r["nodeid"].rsplit("::", 1)[1], r) for r in run.report["tests"])}  # fmt: skip
     assert outcomes == {"test_moved": "passed", "test_not_moved": "failed"}, run.output
+
+
+# An excerpt of a published Spyre module_tests config (granite_3_3_8b_instruct_spyre.yaml,
+# trimmed): custom modules shared by two files through a YAML anchor.
+MODULE_TESTS = """\
+# Auto-generated unified test configuration for granite_3_3_8b_instruct
+test_suite_config:
+  files:
+    - path: ${TORCH_ROOT}/test/test_modules.py
+      unlisted_test_mode: skip
+      tests:
+        - names:
+            - '*TestModule*::test_forward'
+          mode: mandatory_success
+          tags:
+            - model__granite_3_3_8b_instruct
+          edits:
+            modules:
+              include: &id001
+                - name: GraniteRotaryEmbedding_64892356
+                  module_path: transformers.models.granite.modeling_granite.GraniteRotaryEmbedding
+                  description: 'Module: transformers.models.granite.modeling_granite.GraniteRotaryEmbedding'
+                  constructor_inputs:
+                    args:
+                      - value: <config:transformers.models.granite.configuration_granite.GraniteConfig>
+                    kwargs: {}
+                  forward_inputs:
+                    - args:
+                        - tensor:
+                            shape: [1, 128, 4096]
+                            stride: null
+                            storage_offset: 0
+                            dtype: torch.bfloat16
+                            device: spyre
+                            init: randn
+                      kwargs:
+                        position_ids:
+                          tensor:
+                            shape: [1, 128]
+                            stride: null
+                            storage_offset: 0
+                            dtype: torch.int64
+                            device: spyre
+                            init: randint
+                            init_args:
+                              high: 10000
+                    - args:
+                        - tensor: {shape: [1, 1, 4096], stride: null, storage_offset: 0, dtype: torch.bfloat16, device: spyre, init: randn}
+                      kwargs:
+                        position_ids:
+                          tensor: {shape: [1, 1], stride: null, storage_offset: 0, dtype: torch.int64, device: spyre, init: randint, init_args: {high: 10000}}
+                - name: GraniteAttention_layer0
+                  module_path: transformers.models.granite.modeling_granite.GraniteAttention
+                  description: 'Module: transformers.models.granite.modeling_granite.GraniteAttention'
+                  apply_device_layout: true
+                  constructor_inputs:
+                    args:
+                      - value: <config:transformers.models.granite.configuration_granite.GraniteConfig>
+                    kwargs:
+                      layer_idx: 0
+                  forward_inputs:
+                    - args: []
+                      kwargs:
+                        hidden_states:
+                          tensor: {shape: [1, 128, 4096], stride: null, storage_offset: 0, dtype: torch.bfloat16, device: spyre, init: randn}
+                        position_embeddings:
+                          tensor_list:
+                            - {shape: [1, 128, 128], stride: null, storage_offset: 0, dtype: torch.bfloat16, device: spyre, init: randint, init_args: {high: 10000}}
+                            - {shape: [1, 128, 128], stride: null, storage_offset: 0, dtype: torch.bfloat16, device: spyre, init: randint, init_args: {high: 10000}}
+    - path: ${TORCH_DEVICE_ROOT}/tests/test_modules_custom.py
+      unlisted_test_mode: skip
+      tests:
+        - names:
+            - '*TestModuleCustom*::test_eager_vs_compile'
+          mode: mandatory_success
+          tags:
+            - model__granite_3_3_8b_instruct
+            - custom_tests
+          edits:
+            modules:
+              include: *id001
+  global:
+    supported_dtypes:
+      - name: float16
+        precision:
+          atol: 0.005
+          rtol: 0.005
+    input_config:
+      seed: 123
+"""
+
+
+def test_a_spyre_module_tests_config_keeps_its_custom_modules_and_validates(tmp_path):
+    text, report = import_text(MODULE_TESTS, "granite_3_3_8b_instruct_spyre.yaml")
+    path = tmp_path / "imported.yaml"
+    path.write_text(text)
+    for placeholder in ("torch/test/test_modules.py", "device/tests/test_modules_custom.py"):
+        (tmp_path / placeholder).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / placeholder).write_text("")
+    roots = {"TORCH_ROOT": str(tmp_path / "torch"), "TORCH_DEVICE_ROOT": str(tmp_path / "device")}
+    upstream, custom = load_configs([path], roots).files
+    (forward,) = upstream.tests
+    assert [n.text for n in forward.names] == ["test_forward"]  # Spyre never matched the class
+    rotary, attention = forward.edits.modules.include
+    assert rotary.inputs is not None and attention.inputs is not None
+    assert rotary.inputs.module_path.endswith("modeling_granite.GraniteRotaryEmbedding")
+    assert rotary.inputs.constructor.args[0].data == (
+        "<config:transformers.models.granite.configuration_granite.GraniteConfig>"
+    )
+    assert len(rotary.inputs.forward) == 2 and rotary.inputs.dtypes == ("bfloat16",)
+    ((key, position_ids),) = rotary.inputs.forward[0].kwargs
+    assert key == "position_ids" and position_ids.data.init == "randint"
+    assert position_ids.data.high == 10000 and position_ids.data.shape == (1, 128)
+    embeddings = dict(attention.inputs.forward[0].kwargs)["position_embeddings"]
+    assert [spec.shape for spec in embeddings.tensors()] == [(1, 128, 128), (1, 128, 128)]
+    # The anchor still shares the list: the device repository's test gets the same modules.
+    assert [m.name for m in custom.tests[0].edits.modules.include] == [rotary.name, attention.name]
+    assert "&id001" in text and "*id001" in text
+    shown = report.text()
+    assert "edits.modules.include.apply_device_layout: Spyre's device layout flag" in shown
+    assert "      4  edits.modules.include with module_path" in shown  # two modules, two files
+    assert "global.input_config" in shown
+
+
+SPYRE_OP_INCLUDES = """\
+test_suite_config:
+  files:
+    - path: ${TORCH_ROOT}/test/test_ops_reuse.py
+      tests:
+        - names: [TestOpsReuse::test_returns_device_tensors]
+          edits:
+            ops:
+              include:
+                - name: atan2
+                  description: inject atan2 - the test's list lacks it
+                  tags: [binary_math, "not a marker"]
+                - name: not_an_op_of_op_db
+                - name: torch.mul
+                  tags: [fp16operation]
+                  sample_inputs_func:
+                    args: [{tensor: {shape: [2], dtype: float16}}]
+"""
+
+
+def test_op_includes_naming_an_op_db_op_stay_with_their_tags(tmp_path):
+    """The command checks names against torch's op_db (a subprocess: it imports torch's test
+    machinery); without that check, the library keeps such includes unchecked."""
+    import subprocess
+    import sys
+
+    from .conftest import ROOT, clean_env
+
+    source = tmp_path / "ops.yaml"
+    source.write_text(SPYRE_OP_INCLUDES)
+    out = tmp_path / "crcr.yaml"
+    done = subprocess.run(
+        [sys.executable, "-m", "selection.reuse", "import-spyre", str(source), "-o", str(out)],
+        cwd=ROOT, env=clean_env(), capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    (entry,) = load_configs([out], {"TORCH_ROOT": str(TREE)}).files[0].tests
+    (atan2,) = entry.edits.ops.include
+    assert (atan2.name, atan2.tags) == ("atan2", ("binary_math",))
+    assert (
+        "1  edits.ops.include.not_in_op_db: op includes naming no op of torch's op_db"
+        in done.stdout
+    )
+    assert "1  edits.ops.include: model-op items" in done.stdout
+    assert "1  edits.ops.include of an op in torch's op_db: crcr adds it" in done.stdout
+    unchecked, report = import_text(SPYRE_OP_INCLUDES, "ops.yaml")
+    assert "not_an_op_of_op_db" in unchecked and "torch.mul" not in unchecked
+    assert "2  edits.ops.include naming an op, kept without checking" in report.text()
