@@ -4,9 +4,13 @@ The config's `global.supported_ops` / `supported_dtypes` are the declared
 capabilities. When the config declares no operator list, the device itself is
 asked: a subprocess imports the backend's module and lists the aten operators
 that have a PrivateUse1 kernel (`python -m selection.capabilities MODULE`).
-Either way, overloads with a device-independent kernel (CompositeExplicitAutograd:
-clone, _to_copy, expand, …) count as supported: they run on any backend that has
-the primitives they are written in.
+Either way, overloads with a device-independent kernel (CompositeExplicitAutograd and
+its NonFunctional twin: clone, _to_copy, view_copy, …) count as supported: they run on any backend that has
+the primitives they are written in. Overloads that never reach a backend's dispatch
+key as themselves (`off_device`) are no reason to skip a test either: those that
+decompose above it (CompositeImplicitAutograd: promote_types, isclose, …) and those
+with neither a tensor nor a device among their arguments. The operator capture runs
+on the CPU and sees them; the device never does.
 
 The reference device reads its operator set from `CRCR_REFDEV_OPS`, so when the
 pipeline runs tests it hands the device exactly these capabilities (`device_variables`).
@@ -27,6 +31,11 @@ import yaml
 from django.conf import settings
 
 PROBE_TIMEOUT = 300
+# Part of a stored probe's key: a probe stored in an older shape is taken again.
+PROBE_FORMAT = 3
+# Kernels written once for every backend: the device's key receives the overload and runs
+# it in the primitives it has (clone, _to_copy, view_copy, new_empty_strided, …).
+COMPOSITE_KEYS = ("CompositeExplicitAutograd", "CompositeExplicitAutogradNonFunctional")
 
 
 @dataclass(frozen=True)
@@ -37,10 +46,11 @@ class Capabilities:
     op_dtypes: dict[str, frozenset[str]] = field(default_factory=dict)
     declared_ops: bool = True  # False: the list came from probing the device
     device_ops: frozenset[str] = frozenset()  # what the device has kernels for (probed)
+    off_device: frozenset[str] = frozenset()  # overloads the device's key never receives
 
     def supports_op(self, op: str) -> bool:
         """`op` is an overload as the index stores it ("add.Tensor")."""
-        if op in self.composite:
+        if op in self.composite or op in self.off_device:
             return True
         return op.split(".", 1)[0] in self.ops
 
@@ -91,6 +101,7 @@ def for_backend(config_text: str, device_module: str) -> Capabilities:
         op_dtypes={op: frozenset(ds) for op, ds in per_op.items()},
         declared_ops=ops is not None,
         device_ops=frozenset(probe["ops"]),
+        off_device=frozenset(probe["off_device"]),
     )
 
 
@@ -112,6 +123,7 @@ def known_for_backend(config_text: str, device_module: str) -> Capabilities | No
         op_dtypes={op: frozenset(ds) for op, ds in per_op.items()},
         declared_ops=ops is not None,
         device_ops=frozenset(probe.get("ops", ())),
+        off_device=frozenset(probe.get("off_device", ())),
     )
 
 
@@ -168,7 +180,7 @@ def _probe_key(device_module: str, shaping: tuple[tuple[str, str], ...]) -> str:
         torch_version = importlib.metadata.version("torch")
     except importlib.metadata.PackageNotFoundError:
         torch_version = "?"
-    text = json.dumps([device_module, str(origin), stamp, torch_version, shaping])
+    text = json.dumps([PROBE_FORMAT, device_module, str(origin), stamp, torch_version, shaping])
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
@@ -188,18 +200,38 @@ def _probe(device_module: str) -> dict[str, list[str]]:
     importlib.import_module(device_module)
     import torch
 
+    has_kernel = torch._C._dispatch_has_kernel_for_dispatch_key
     ops: set[str] = set()
     composite: set[str] = set()
+    off_device = _deviceless_overloads(torch)
     for name in torch._C._dispatch_get_all_op_names():
         namespace, _, rest = name.partition("::")
         if namespace != "aten":
             continue
         overload = rest if "." in rest else f"{rest}.default"
-        if torch._C._dispatch_has_kernel_for_dispatch_key(name, "PrivateUse1"):
+        own = has_kernel(name, "PrivateUse1")
+        if own:
             ops.add(rest.split(".", 1)[0])
-        if torch._C._dispatch_has_kernel_for_dispatch_key(name, "CompositeExplicitAutograd"):
+        # A structured op's NonFunctional kernel calls its out= kernel: only a composite
+        # when no backend has a kernel of its own (view_copy, not lgamma).
+        if has_kernel(name, COMPOSITE_KEYS[0]) or (
+            has_kernel(name, COMPOSITE_KEYS[1]) and not has_kernel(name, "CPU")
+        ):
             composite.add(overload)
-    return {"ops": sorted(ops), "composite": sorted(composite)}
+        if has_kernel(name, "CompositeImplicitAutograd") and not own:
+            off_device.add(overload)
+    return {"ops": sorted(ops), "composite": sorted(composite), "off_device": sorted(off_device)}
+
+
+def _deviceless_overloads(torch: Any) -> set[str]:
+    """aten overloads with no tensor and no device argument: dispatched on no device at all."""
+    found = set()
+    for schema in torch._C._jit_get_all_schemas():
+        namespace, _, name = schema.name.partition("::")
+        types = [str(argument.type) for argument in schema.arguments]
+        if namespace == "aten" and not any("Tensor" in t or "Device" in t for t in types):
+            found.add(f"{name}.{schema.overload_name or 'default'}")
+    return found
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ import hashlib
 import tempfile
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -174,8 +174,15 @@ def stage4(
     progress: Progress | None = None,
     workdir: Path | None = None,
 ) -> dict[str, Any]:
-    """Run the non-skipped decisions on the device and correct them in place."""
-    runnable = [d.for_config() for d in decisions.values() if d.mode != "skip"]
+    """Run the non-skipped decisions, and the skips worth a try, on the device; correct
+    them in place. A skip is tried when its only reason is an operator its set-up or
+    checks call (`proposers.TRY_ON_DEVICE`): such a helper may never reach the device."""
+    tried = {k for k, d in decisions.items() if d.mode == "skip" and _worth_a_try(d)}
+    runnable = [
+        replace(d.for_config(), mode="mandatory_success") if d.key in tried else d.for_config()
+        for d in decisions.values()
+        if d.mode != "skip" or d.key in tried
+    ]
     if not runnable:
         return {"ran": 0}
     text = configwriter.standalone(parent, runnable)
@@ -192,6 +199,9 @@ def stage4(
         if seen is None:
             continue
         decision.evidence["device"] = seen.as_dict()
+        if key in tried:
+            corrected += _after_a_try(decision, seen)
+            continue
         capture = decision.evidence.get("capture", {})
         fix = refine.correct(
             decision.mode,
@@ -219,6 +229,25 @@ def stage4(
             held.reason = f"flaky in {len(runs)} of the recent CI runs: quarantined"
             held.evidence["flaky_history"] = runs
     return {"ran": len(records), "tests": len(observed), "corrected": corrected}
+
+
+def _worth_a_try(decision: Decision) -> bool:
+    return decision.stage == Proposal.Stage.CLASSIFY and bool(
+        decision.evidence.get(proposers.TRY_ON_DEVICE)
+    )
+
+
+def _after_a_try(decision: Decision, seen: refine.Observed) -> int:
+    """A tried skip that passed on the device runs there; one that failed stays skipped."""
+    if seen.failures or seen.flaky or not seen.passed:
+        return 0
+    helpers = ", ".join(f"aten::{op}" for op in decision.evidence.get("unsupported_ops", [])[:4])
+    decision.mode, decision.stage = "mandatory_success", Proposal.Stage.REFINE
+    decision.reason = (
+        f"passed on the device ({seen.passed} variants): {helpers} in its set-up or checks "
+        "never reached the device"
+    )
+    return 1
 
 
 # -- proposals -----------------------------------------------------------------------------------
@@ -252,6 +281,7 @@ def save_proposals(
             (proposal.file_path, proposal.class_name, proposal.test_name), []
         ).append(proposal)
     counts = {"created": 0, "updated": 0, "unchanged": 0}
+    new: list[Proposal] = []
     for decision in decisions:
         path, cls, name = decision.key
         written = explicit.get((path, f"{cls}::{name}" if cls else name))
@@ -290,10 +320,11 @@ def save_proposals(
             )
             counts["updated" if updated else "unchanged"] += 1
             continue
-        Proposal.objects.create(
-            backend=backend, file_path=path, class_name=cls, test_name=name, **fields
+        new.append(
+            Proposal(backend=backend, file_path=path, class_name=cls, test_name=name, **fields)
         )
-        counts["created"] += 1
+    # In batches: a first selection over PyTorch's tree proposes tens of thousands.
+    counts["created"] = len(Proposal.objects.bulk_create(new, batch_size=500))
     return counts
 
 

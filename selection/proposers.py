@@ -40,6 +40,11 @@ class ClassifierError(Exception):
     """A classifier's answer could not be used; the message says why."""
 
 
+# Evidence key of a `skip` whose only reason is an operator its set-up or checks call:
+# stage 4 runs it on the device, and a pass there makes it `mandatory_success`.
+TRY_ON_DEVICE = "try_on_device"
+
+
 @dataclass
 class Evidence:
     key: Key
@@ -112,6 +117,8 @@ def _facts(evidence: Evidence, capabilities: Capabilities) -> dict[str, Any]:
         "ops_under_test": len(under),
         "helper_ops": len(helpers),
         "unsupported_ops": missing if evidence.device_generic else [],
+        # Captured on the CPU, never received by the device's dispatch key: no reason to skip.
+        "off_device_ops": sorted((under | helpers) & capabilities.off_device),
         "dtypes": evidence.dtypes,
         "supported_dtypes": supported,
         "captured": evidence.captured,
@@ -174,10 +181,15 @@ def _unsupported_ops(
             evidence.ops[opinfo].get(op, False) for opinfo, missing in bad.items() for op in missing
         )
         where = "its set-up or checks call" if helper_only else "it calls"
+        # A helper may run on host tensors (a reference result, a comparison): the CPU
+        # capture cannot tell, so stage 4 tries the test on the device (`TRY_ON_DEVICE`).
         return Verdict(
             "skip",
             f"{where} {_ops_text(needed)}, which the device does not support",
-            evidence={"waiting_on": sorted({op.split(".")[0] for op in needed})},
+            evidence={
+                "waiting_on": sorted({op.split(".")[0] for op in needed}),
+                TRY_ON_DEVICE: helper_only,
+            },
         )
     excluded = sorted(bad)
     ops = sorted({op for opinfo in excluded for op in bad[opinfo]})

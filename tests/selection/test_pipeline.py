@@ -154,6 +154,72 @@ def test_a_decision_without_device_evidence_does_not_reopen_one_approved_on_devi
     assert pipeline.save_proposals(backend, None, [fresh], PARENT)["created"] == 1
 
 
+HELPERS = '''"""Operators the CPU capture sees that the device never receives."""
+import torch
+from torch.testing._internal.common_device_type import dtypes, instantiate_device_type_tests, ops
+from torch.testing._internal.common_methods_invocations import op_db
+from torch.testing._internal.common_utils import TestCase
+
+EXP = [op for op in op_db if op.name == "exp"]
+
+
+class TestHelpers(TestCase):
+    @dtypes(torch.float32)
+    def test_promoted_add(self, device, dtype):
+        wide = torch.promote_types(dtype, torch.float16)
+        a = torch.ones(4, device=device, dtype=wide)
+        self.assertEqual((a + a).cpu(), torch.full((4,), 2.0))
+
+    @ops(EXP, allowed_dtypes=[torch.float32])
+    def test_exp_checked_on_host(self, device, dtype, op):
+        x = torch.linspace(0.5, 3.0, 6, device=device, dtype=dtype)
+        host = x.cpu()
+        self.assertTrue(float(torch.lgamma(host).abs().sum()) < 10)
+        self.assertEqual(op(x).cpu(), torch.exp(host))
+
+    @ops(EXP, allowed_dtypes=[torch.float32])
+    def test_exp_checked_on_device(self, device, dtype, op):
+        x = torch.linspace(0.5, 3.0, 6, device=device, dtype=dtype)
+        self.assertTrue(float(torch.lgamma(x).abs().sum()) < 10)
+        self.assertEqual(op(x).cpu(), torch.exp(x.cpu()))
+
+
+instantiate_device_type_tests(TestHelpers, globals())
+'''
+HELPERS_PARENT = """test_suite_config:
+  files:
+    - path: ${TORCH_ROOT}/test/test_helpers.py
+  global:
+    supported_dtypes: [{name: float32}]
+"""
+
+
+@pytest.mark.django_db
+def test_operators_the_device_never_receives_do_not_make_a_test_skipped(tmp_path):
+    """promote_types decomposes above the device's key: no reason to skip. lgamma in a
+    test's checks may run on host tensors: stage 4 tries the test, and the device decides."""
+    tree = write_tree(tmp_path, {"test/test_helpers.py": HELPERS})
+    backend = make_backend("reference", extension_points=["eager"])
+    make_config(backend, HELPERS_PARENT)
+    run = pipeline.run_for_backend(backend, tree, "2" * 40)
+    assert run.status == SelectionRun.Status.DONE, run.error
+    proposals = {p.test_name: p for p in Proposal.objects.filter(backend=backend)}
+
+    promoted = proposals["test_promoted_add"]
+    assert (promoted.mode, promoted.stage) == ("mandatory_success", "classify"), promoted.reason
+    assert "promote_types.default" in promoted.evidence["off_device_ops"]
+    assert promoted.evidence["device"]["passed"] == 1
+
+    on_host = proposals["test_exp_checked_on_host"]
+    assert (on_host.mode, on_host.stage) == ("mandatory_success", "refine"), on_host.reason
+    assert "aten::lgamma" in on_host.reason and "never reached the device" in on_host.reason
+
+    on_device = proposals["test_exp_checked_on_device"]
+    assert (on_device.mode, on_device.stage) == ("skip", "classify"), on_device.reason
+    assert "aten::lgamma" in on_device.reason
+    assert on_device.evidence["device"]["failed"] >= 1
+
+
 @pytest.mark.django_db
 def test_an_upgrade_classifies_only_what_changed(tmp_path):
     tree = write_tree(tmp_path / "old", {"test/test_tiny.py": TINY})

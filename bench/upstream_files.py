@@ -1,0 +1,170 @@
+"""PyTorch's own test files, one at a time: what crcr collects, selects and runs of each.
+
+    TORCH_ROOT=/path/holding/test .venv/bin/python bench/upstream_files.py \
+        [--files test_ops.py test_nn.py ...] [--device-limit 6000]
+
+Upstream files cannot live in the repository; this is the manual check of issue 21
+item 7 on the real ones. For each file, in a scratch tree of its own (a copy) and a
+throwaway SQLite database, with the reference device:
+1. the plugin collects the file for privateuse1 (a `conftest.py` beside the files is
+   copied too: a local shim that back-fills a name an older file imports) under a config that lists it with every
+   test `mandatory_success` (a file that does not import on this torch is reported with
+   pytest's error line, and the rest of its row is empty);
+2. the pipeline runs: the inventory (generic tests), stage 1 (is the file in scope),
+   the operator capture on the CPU (tests and variants captured), stage 3 (proposals
+   per mode) and, when the file collects at most `--device-limit` variants, stage 4
+   on the device (variants run, proposals corrected); a bigger file's stage 4 is left
+   out and the row says so (on this 2-core machine the reference device runs a few
+   hundred variants a minute).
+One row per file; exit 1 when a stage failed on a file that imports.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+SCRATCH = Path(tempfile.mkdtemp(prefix="crcr-upstream-files-"))
+os.environ.pop("DATABASE_URL", None)
+os.environ.pop("CELERY_BROKER_URL", None)
+os.environ.update(
+    CRCR_VAR_DIR=str(SCRATCH), DEBUG="true", DJANGO_SETTINGS_MODULE="crcr_site.settings"
+)
+FILES = [
+    "test_ops.py",
+    "test_modules.py",
+    "test_nn.py",
+    "test_torch.py",
+    "test_unary_ufuncs.py",
+    "test_reductions.py",
+    "test_view_ops.py",
+    "test_binary_ufuncs.py",
+]
+
+import django  # noqa: E402
+
+django.setup()
+
+from django.core.management import call_command  # noqa: E402
+
+from runs.models import Backend  # noqa: E402
+from selection import pipeline  # noqa: E402
+from selection.models import ConfigVersion, SelectionRun  # noqa: E402
+from selection.reuse.launcher import PytestRun, TestEnvironment  # noqa: E402
+
+COLLECTED = re.compile(r"(\d+)(?:/\d+)? tests? collected")
+ERROR_LINE = re.compile(r"^E\s+(\w*(Error|Exception)\b.*)$", re.MULTILINE)
+
+
+def collect(tree: Path, name: str) -> tuple[int | None, str]:
+    """(variants collected for privateuse1, or None; the import error when there is one)."""
+    config = tree / "all.yaml"
+    config.write_text(
+        "test_suite_config:\n  files:\n"
+        f"    - path: ${{TORCH_ROOT}}/test/{name}\n      unlisted_test_mode: mandatory_success\n"
+    )
+    variables = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "DJANGO_"))}
+    run = PytestRun(
+        TestEnvironment(sys.executable, variables),
+        tree,
+        files=[str(tree / "test" / name)],
+        configs=[config],
+        collect_only=True,
+        rootdir=tree,
+        cwd=tree,
+        extra_args=["-p", "no:django"],
+    )
+    done = run.run(timeout=1800)
+    found = COLLECTED.search(done.stdout)
+    if done.returncode == 0 and found:
+        return int(found.group(1)), ""
+    errors = ERROR_LINE.findall(done.stdout + done.stderr)
+    return None, (errors[-1][0] if errors else (done.stdout + done.stderr)[-300:]).strip()
+
+
+def one_file(source: Path, limit: int) -> dict[str, object]:
+    tree = SCRATCH / source.stem
+    (tree / "test").mkdir(parents=True)
+    shutil.copyfile(source, tree / "test" / source.name)  # a symlink would change node ids
+    shim = source.with_name("conftest.py")
+    if shim.exists():  # a local shim back-filling names older files import
+        shutil.copyfile(shim, tree / "test" / "conftest.py")
+    started = time.monotonic()
+    variants, error = collect(tree, source.name)
+    row: dict[str, object] = {"file": source.name, "collected": variants, "error": error}
+    if variants is None:
+        return row
+    backend = Backend.objects.create(
+        slug=f"ref-{source.stem}".replace("_", "-")[:50], name=source.stem,
+        repository="crcr/reference", device_module="selection.reuse.reference_device",
+        extension_points=["eager"],
+    )  # fmt: skip
+    parent = "test_suite_config:\n  files: []\n"
+    ConfigVersion.objects.create(
+        backend=backend, number=1, yaml_text=parent, sha256=ConfigVersion.hash_text(parent)
+    )
+    device = variants <= limit
+    run = pipeline.run_for_backend(backend, tree, device=device)
+    if run.status != SelectionRun.Status.DONE:
+        row["error"] = run.error
+        return row
+    summary = run.summary
+    modes = Counter(d["mode"] for d in summary["decisions"])
+    row.update(
+        generic=summary["inventory"].get("tests"),
+        in_scope=source.name in " ".join(summary["stage1"].get("included", [])),
+        captured=f"{summary['capture']['tests']} tests / {summary['capture']['variants']} variants",
+        modes=dict(modes),
+        device=summary["stage4"] if device else f"left out ({variants} variants > {limit})",
+        seconds=round(time.monotonic() - started),
+    )
+    return row
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--files", nargs="+", default=FILES)
+    parser.add_argument("--device-limit", type=int, default=6000)
+    args = parser.parse_args()
+    if not os.environ.get("TORCH_ROOT"):
+        raise SystemExit("set TORCH_ROOT to a folder holding PyTorch's test/ files")
+    folder = Path(os.environ["TORCH_ROOT"]).resolve() / "test"
+    call_command("migrate", verbosity=0)
+    failed = False
+    for name in args.files:
+        if not (folder / name).exists():
+            print(f"{name}: not in {folder}")
+            continue
+        try:
+            row = one_file(folder / name, args.device_limit)
+        except Exception as error:  # one file's failure is that file's row
+            row = {"file": name, "error": f"{type(error).__name__}: {error}"}
+        if row.get("collected") is None:
+            print(f"{name}: does not import on this torch: {row['error']}")
+            continue
+        if row.get("error"):
+            failed = True
+            print(f"{name}: {row['collected']} collected; pipeline failed: {row['error']}")
+            continue
+        counts: dict[str, int] = row["modes"]  # type: ignore[assignment]
+        modes = ", ".join(f"{mode} {count}" for mode, count in sorted(counts.items()))
+        print(
+            f"{name}: {row['collected']} variants collected; {row['generic']} generic tests "
+            f"inventoried; in scope: {row['in_scope']}; captured {row['captured']}; "
+            f"proposed: {modes}; device: {row['device']}; {row['seconds']} s",
+            flush=True,
+        )
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
