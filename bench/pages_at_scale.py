@@ -32,8 +32,8 @@ import pages  # noqa: E402  (the trivial page, the URLconf and the environment)
 TARGET = 5.0
 FAILING = ["failed", "error", "crashed", "timed_out"]
 CATEGORIES = ["unsupported_op", "numerical_mismatch", "crash", "timeout"]
-# What a finished run of the HUD stores (`Run.test_summary`): the HUD reads it, whatever
-# the number of results behind it.
+# What a finished run of the HUD stores (`Run.test_summary`, and `Run.failure_summary`: no
+# failure): the HUD reads it, whatever the number of results behind it.
 SUMMARY = {"passed": 95_000, "failed": 1_000, "skipped": 4_000}
 
 
@@ -89,12 +89,15 @@ def hud_data(commits: int, jobs: int) -> str:
                     test_suite_sha=trigger.pytorch_sha, config_version=version,
                     status="failed" if (n + job) % 7 == 0 else "passed",
                     created_at=start + timedelta(minutes=n, seconds=job),
-                    changed_since_green=["PyTorch"], test_summary=SUMMARY)
+                    changed_since_green=["PyTorch"], test_summary=SUMMARY, failure_summary=[])
                 for n, trigger in enumerate(triggers)
                 for job in range(jobs)
             ),
             batch_size=5000,
         )  # fmt: skip
+    # A dataset built before runs stored their failures' counts: as `finish_if_done` stores
+    # them (these runs have no failure).
+    Run.objects.filter(backend=owner, failure_summary__isnull=True).update(failure_summary=[])
     return "/"
 
 
@@ -149,10 +152,14 @@ def run_data(results: int, shards: int = 50) -> str:
 
 
 def summarised(run: Any) -> str:
-    """The run's counts stored as `runs.results.finish_if_done` stores them; its page's URL."""
-    if run.test_summary is None:
+    """The run's counts and end stored as `runs.results.finish_if_done` stores them; its
+    page's URL."""
+    if run.test_summary is None or run.failure_summary is None or run.finished_at is None:
+        from django.utils import timezone
+
         run.summarise()
-        run.save(update_fields=["test_summary"])
+        run.finished_at = run.finished_at or timezone.now()
+        run.save(update_fields=["test_summary", "failure_summary", "finished_at"])
     return f"/runs/{run.uuid}/"
 
 

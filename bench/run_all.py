@@ -25,7 +25,8 @@ BENCH = Path(__file__).resolve().parent
 # In the order they are cheapest to run; upstream_check is a check, not a figure.
 SCRIPTS = [
     "sharding", "ingest", "intake", "pages", "pages_at_scale", "collection", "opcapture",
-    "upgrade", "selection_quality",
+    "upgrade", "selection_quality", "bigtree", "selection_scale", "first_test", "shard_cost",
+    "bundles_scale",
 ]  # fmt: skip
 FIGURE = re.compile(
     r"^(?P<label>[^\n]*?):?\s+(?:\d+/\d+ = )?(?P<value>-?[\d.]+)(?P<unit>%|x)?\s*"

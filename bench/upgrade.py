@@ -24,12 +24,13 @@ import argparse
 import os
 import re
 import resource
-import shutil
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+import bigtree
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET = 0.20
@@ -39,29 +40,25 @@ PARENT = "test_suite_config:\n  files: []\n"
 def build_trees(
     source: Path, scratch: Path, copies: int, share: float
 ) -> tuple[Path, Path, int, int]:
-    originals = sorted((source / "test").glob("test_*.py"))
-    tree_a, tree_b = scratch / "a", scratch / "b"
-    for tree in (tree_a, tree_b):
-        (tree / "test").mkdir(parents=True)
-        for extra in ("conftest.py",):
-            if (source / "test" / extra).exists():
-                shutil.copy(source / "test" / extra, tree / "test" / extra)
-    names = []
-    for n in range(copies):
-        for original in originals:
-            name = f"{original.stem}_copy{n}.py"
-            text = original.read_text()
-            (tree_a / "test" / name).write_text(text)
-            names.append(name)
+    """Tree A: each source file copied `copies` times under new names; tree B: A with
+    every n-th copy changed (`change`)."""
+    originals = bigtree.source_files(source)
+    tree_a = bigtree.start_tree(source, scratch / "a")
+    tree_b = bigtree.start_tree(source, scratch / "b")
+    texts = {
+        f"{original.stem}_copy{n}.py": original.read_text()
+        for n in range(copies)
+        for original in originals
+    }
+    bigtree.write_copies(tree_a, texts)
     step = max(1, round(1 / share))
     changed = 0
-    for index, name in enumerate(names):
-        text = (tree_a / "test" / name).read_text()
+    for index, (name, text) in enumerate(texts.items()):
         if index % step == 0:
-            text, did = change(text)
+            texts[name], did = change(text)
             changed += did
-        (tree_b / "test" / name).write_text(text)
-    return tree_a, tree_b, len(names), changed
+    bigtree.write_copies(tree_b, texts)
+    return tree_a, tree_b, len(texts), changed
 
 
 def change(text: str) -> tuple[str, int]:

@@ -1,4 +1,4 @@
-"""What goes into a repro bundle, written into a folder by `assemble`.
+"""What goes into a repro bundle, written into its archive by `assemble`.
 
 metadata.json             everything recorded (reproducibility.metadata)
 config.yaml               the config version's full text
@@ -10,13 +10,17 @@ artifacts/                the wheels, only when asked for (else referenced)
 attestation.intoto.json   an in-toto test-result statement
 reproduce                 the script (reproducibility/reproduce.py)
 README.md                 how to use all of the above
+
+Results stream from storage into the archive (`bundle_archive`); only the small test
+tree and the wheels asked for pass through the scratch folder first.
 """
 
 import hashlib
-import json
 import os
 import shutil
 from collections import Counter
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -24,6 +28,7 @@ from django.core.files.storage import default_storage
 
 from reproducibility import attestation
 from reproducibility import metadata as run_metadata
+from reproducibility.bundle_archive import BundleArchive, Encoded, Part
 from reproducibility.models import Bundle
 from reproducibility.reproduce import tree_fingerprint
 from runs import workfiles
@@ -34,64 +39,101 @@ SCRIPT = Path(__file__).with_name("reproduce.py")
 TORCH_INDEX = "https://download.pytorch.org/whl/"
 
 
-def assemble(bundle: Bundle, folder: Path) -> list[str]:
-    """Write every file of the bundle into `folder`; returns warnings for the manifest."""
+def assemble(
+    bundle: Bundle, archive: BundleArchive, scratch: Path
+) -> tuple[list[str], dict[str, Any]]:
+    """Write every file of the bundle into `archive`; the warnings for the manifest and
+    the run's metadata. `scratch` is an empty folder to work in.
+
+    The results go into a part of the archive of their own, packed by another thread
+    while this one reads the database and writes the documents (file reads, hashing,
+    compressing and waiting for the database let go of the GIL)."""
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="bundle-results") as pool:
+        packing = pool.submit(add_results, bundle.run, archive.part(), scratch / "download")
+        meta, warnings = add_documents(bundle, archive, scratch)
+        warnings += packing.result()
+    archive.add_bytes("README.md", readme(meta, warnings).encode())
+    return warnings, meta
+
+
+def add_documents(
+    bundle: Bundle, archive: BundleArchive, scratch: Path
+) -> tuple[dict[str, Any], list[str]]:
+    """Everything but the results and the README; the run's metadata and the warnings so
+    far. The test tree and the wheels asked for pass through `scratch`."""
     run = bundle.run
-    meta = run_metadata.metadata(run)
-    warnings = copy_tree(meta, folder) + copy_artifacts(meta, folder, bundle.include_artifacts)
-    write_json(folder / "metadata.json", meta)
-    (folder / "config.yaml").write_text(meta["config"]["text"])
-    write_json(folder / "plan.json", {"plan": meta["plan"], "shards": meta["shards"]})
-    warnings += copy_results(run, folder / "results")
-    (folder / "requirements.txt").write_text(requirements(meta))
-    write_json(folder / "attestation.intoto.json", attestation.statement(meta))
-    shutil.copyfile(SCRIPT, folder / "reproduce")
-    (folder / "reproduce").chmod(0o755)
-    (folder / "README.md").write_text(readme(meta, warnings))
-    return warnings
+    meta = run_metadata.metadata(run, with_attempts=False)
+    texts, final = run_metadata.attempt_texts(run)
+    meta.update(attempts=Encoded(texts), failures=run_metadata.failures(run))
+    warnings = copy_tree(meta, scratch) + copy_artifacts(meta, scratch, bundle.include_artifacts)
+    for folder in ("tree", "artifacts"):
+        if (scratch / folder).is_dir():
+            archive.add_folder(folder, scratch / folder)
+    archive.add_json("metadata.json", meta)
+    archive.add_bytes("config.yaml", meta["config"]["text"].encode())
+    archive.add_json("plan.json", {"plan": meta["plan"], "shards": meta["shards"]})
+    archive.add_bytes("requirements.txt", requirements(meta).encode())
+    archive.add_json("attestation.intoto.json", attestation.statement(meta, final))
+    archive.add_file("reproduce", SCRIPT, mode=0o755)
+    return meta, warnings
 
 
-def write_json(path: Path, data: Any) -> None:
-    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
-
-
-def copy_results(run: Run, target: Path) -> list[str]:
+def add_results(run: Run, archive: Part, download: Path) -> list[str]:
     """Each pytest process's files, as crash pinning left them per shard and claim, from
     storage: the device hosts sent them there (runs.workfiles)."""
     prefix = f"runs/{run.uuid}"
     local = workfiles.local_storage_root()
     if local is not None:
-        return copy_local_results(local / prefix, target)
+        return add_local_results(local / prefix, archive)
     for name in workfiles.listed(prefix):
         relative = PurePosixPath(name).relative_to(prefix)
         shard, attempt = relative.parts[0], relative.parts[1] if len(relative.parts) > 1 else ""
         if (len(relative.parts) == 3 and shard.startswith("shard-") and ".." not in relative.parts
                 and attempt.startswith("attempt-") and name.endswith(RESULT_SUFFIXES)):  # fmt: skip
-            workfiles.download(name, target / relative)
+            copy = workfiles.download(name, download / relative)
+            archive.add_file(f"results/{relative}", copy)
+            copy.unlink()
     return []
 
 
-def copy_local_results(workdir: Path, target: Path) -> list[str]:
-    """copy_results from a file system storage on this host.
+def add_local_results(workdir: Path, archive: Part) -> list[str]:
+    """add_results from a file system storage on this host, each file read once.
 
     Test code can write into these folders (its TMPDIR is beside them), so a
     symbolic link is never followed: it is left out and named in a warning,
     and nothing outside the run's own folder is read."""
     warnings = []
-    for source in sorted(workdir.glob("shard-*/attempt-*/*")):
-        relative = source.relative_to(workdir)
-        link = next(
-            (p for p in (source, source.parent, source.parent.parent) if p.is_symlink()), None
-        )
-        if link is not None:
-            shown = link.relative_to(workdir).as_posix()
-            warning = f"results/{shown}: a symbolic link to {os.readlink(link)}, not followed"
-            warnings += [] if warning in warnings else [warning]
-        elif source.is_file() and source.name.endswith(RESULT_SUFFIXES):
-            destination = target / relative
-            destination.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(source, destination, follow_symlinks=False)
+    for relative, entry in _result_entries(workdir):
+        if entry.is_symlink():
+            warnings.append(
+                f"results/{relative}: a symbolic link to {os.readlink(entry.path)}, not followed"
+            )
+        elif entry.name.endswith(RESULT_SUFFIXES) and entry.is_file(follow_symlinks=False):
+            archive.add_file(f"results/{relative}", entry.path)
     return warnings
+
+
+def _result_entries(workdir: Path) -> Iterator[tuple[str, os.DirEntry[str]]]:
+    """`shard-*/attempt-*/*` under `workdir` by name, as (relative path, entry); a link
+    at any level is yielded, and never entered."""
+    levels = ("shard-", "attempt-", "")
+
+    def walk(folder: str, relative: str, depth: int) -> Iterator[tuple[str, os.DirEntry[str]]]:
+        try:
+            with os.scandir(folder) as listing:
+                entries = sorted(listing, key=lambda entry: entry.name)
+        except FileNotFoundError:
+            return
+        for entry in entries:
+            if not entry.name.startswith(levels[depth]):
+                continue
+            path = f"{relative}{entry.name}"
+            if entry.is_symlink() or depth == len(levels) - 1:
+                yield path, entry
+            elif entry.is_dir(follow_symlinks=False):
+                yield from walk(entry.path, f"{path}/", depth + 1)
+
+    return walk(str(workdir), "", 0)
 
 
 def copy_tree(meta: dict[str, Any], folder: Path) -> list[str]:

@@ -7,13 +7,14 @@ the Bundle row and shown on the page, so the manifest is anchored too.
 
 Building (the `build_bundle` task on the `default` queue):
 1. claim the pending row (pending -> building) or return quietly;
-2. write the files into a scratch folder, then the manifest over them;
-3. pack the folder, store the archive under `bundles/<uuid>.tar.gz` in the
-   default storage and mark the row ready with an expiry date
-   (CRCR_BUNDLE_RETENTION_DAYS); any error marks it failed with the reason.
+2. stream the files into the archive as they are made or read from storage, each
+   hashed on the way (`bundle_archive`), then the manifest over them;
+3. store the archive under `bundles/<uuid>.tar.gz` in the default storage and mark
+   the row ready with an expiry date (CRCR_BUNDLE_RETENTION_DAYS); any error marks
+   it failed with the reason.
 """
 
-import json
+import contextlib
 import logging
 import re
 import tarfile
@@ -30,8 +31,9 @@ from django.utils import timezone
 from crcr_site.lib import enqueue, leases
 from crcr_site.lib.env import env_int
 from reproducibility import bundle_contents
+from reproducibility.bundle_archive import BundleArchive
 from reproducibility.models import Bundle
-from reproducibility.reproduce import MANIFEST, sha256_file, verify_folder
+from reproducibility.reproduce import sha256_file, verify_folder
 from runs.models import Run
 
 logger = logging.getLogger(__name__)
@@ -82,12 +84,8 @@ def build(bundle_id: int) -> Bundle | None:
             leases.held(bundle, Bundle.Status.BUILDING),
             tempfile.TemporaryDirectory(prefix="crcr-bundle-") as scratch,
         ):
-            top = Path(scratch) / top_folder(bundle)
-            top.mkdir()
-            warnings = bundle_contents.assemble(bundle, top)
-            manifest = write_manifest(top, bundle, warnings)
             archive = Path(scratch) / "bundle.tar.gz"
-            pack(top, archive)
+            manifest = pack(bundle, archive, Path(scratch) / "work")
             store(bundle, archive, manifest)
     except Exception as error:  # any failure is shown on the page, never swallowed silently
         logger.exception("bundle %s of run %s failed", bundle.uuid, bundle.run.uuid)
@@ -109,37 +107,35 @@ def expiry(now: datetime | None = None) -> datetime:
     return (now or timezone.now()) + timedelta(days=retention_days())
 
 
-def write_manifest(top: Path, bundle: Bundle, warnings: list[str]) -> dict[str, Any]:
+def pack(bundle: Bundle, path: Path, scratch: Path) -> dict[str, Any]:
+    """Write the bundle's archive to `path` (`scratch`: a folder to work in); its manifest."""
+    scratch.mkdir()
+    archive = BundleArchive(path, top_folder(bundle))
+    try:
+        warnings, meta = bundle_contents.assemble(bundle, archive, scratch)
+        manifest = manifest_of(archive.all_files, bundle, meta, warnings)
+    except BaseException:
+        with contextlib.suppress(OSError):  # the error that stopped the build is the one shown
+            archive.abandon()
+        raise
+    archive.close(manifest)
+    return manifest
+
+
+def manifest_of(
+    files: list[dict[str, Any]], bundle: Bundle, meta: dict[str, Any], warnings: list[str]
+) -> dict[str, Any]:
     """manifest.json: the SHA-256 and size of every file, the referenced artifacts."""
-    files = [
-        {"path": path.relative_to(top).as_posix(), "sha256": sha256_file(path),
-         "size": path.stat().st_size}
-        for path in sorted(top.rglob("*")) if path.is_file()
-    ]  # fmt: skip
-    metadata = json.loads((top / "metadata.json").read_text())
-    manifest = {
+    return {
         "format": FORMAT,
         "run": str(bundle.run.uuid),
         "bundle": str(bundle.uuid),
         "created_at": timezone.now().isoformat(),
         "algorithm": "sha256",
-        "files": files,
-        "referenced": [a for a in metadata["artifacts"] if not a.get("bundled_path")],
+        "files": sorted(files, key=lambda entry: entry["path"]),
+        "referenced": [a for a in meta["artifacts"] if not a.get("bundled_path")],
         "warnings": warnings,
     }
-    (top / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
-    return manifest
-
-
-def _owned_by_nobody(member: tarfile.TarInfo) -> tarfile.TarInfo:
-    member.uid = member.gid = 0
-    member.uname = member.gname = ""
-    return member
-
-
-def pack(top: Path, archive: Path) -> None:
-    with tarfile.open(archive, "w:gz") as tar:
-        tar.add(top, arcname=top.name, filter=_owned_by_nobody)
 
 
 def store(bundle: Bundle, archive: Path, manifest: dict[str, Any]) -> None:

@@ -6,17 +6,31 @@ attempt, a manual trigger at the same SHA, a bundle's re-run): the cell shows th
 A page costs the same few queries whatever is stored:
 1. the page's commits (the SHAs of the runs that match the filters, by first run, newest
    first), one more than a page to know whether another follows;
-2. their runs, their triggers' facts (read from the dispatch payload in the database),
-   their newest attempts' test counts and which of those were flaky.
+2. their runs (each with whether it was flaky), their triggers' facts (read from the
+   dispatch payload in the database), and the test counts of the runs that did not store
+   theirs when they finished.
 """
 
 import re
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from statistics import median
 from typing import Any
+from uuid import UUID
 
-from django.db.models import Exists, F, Min, OuterRef, Q, QuerySet, Subquery, Value
+from django.db.models import (
+    Case,
+    DurationField,
+    Exists,
+    ExpressionWrapper,
+    F,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+    Value,
+    When,
+)
 from django.db.models.fields.json import KeyTextTransform, KeyTransform
 from django.db.models.functions import Concat, Replace
 from django.utils.dateparse import parse_datetime
@@ -24,6 +38,7 @@ from django.utils.dateparse import parse_datetime
 from runs.combinations import RERUN_SUFFIX
 from runs.models import Failure, Run, TestResult, Trigger
 from runs.models.results import final_counts, summary
+from runs.models.runs import attribution
 
 PER_PAGE = 50
 DEFAULT_REPOSITORY = "pytorch/pytorch"
@@ -53,16 +68,53 @@ LEGEND = [
 ]
 
 
+@dataclass(slots=True)
+class Attempt:
+    """A run as the grid reads it: a row of values. A page of 50 commits x 20 jobs has
+    1,000 of them; as model instances they cost more than the SQL that read them."""
+
+    pk: int
+    uuid: UUID
+    job_name: str
+    cell_job: str  # the HUD job: a bundle's re-run is an attempt of its job (`HUD_JOB`)
+    backend: str
+    pytorch_sha: str
+    status: str
+    queued: timedelta | None  # from its creation to its start; None when not started
+    ran: timedelta | None  # from its start to its end; None when not ended
+    changed_since_green: list[str] | None  # read for a red run only
+    test_summary: dict[str, int] | None
+    flaky: bool  # passed, with a failure put down to flakiness
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status in Run.FINISHED
+
+    def attribution(self) -> str:
+        return attribution(self.status, self.changed_since_green or [])
+
+
+# Attempt's fields, read with `values_list` in this order (`build`). Durations, not three
+# timestamps: read into Python, a timestamp costs as much as a whole row of the rest.
+# What moved since green is read for red runs alone (their attribution): a JSON value
+# costs more than the rest of a row.
+ATTEMPT_COLUMNS = (
+    "pk", "uuid", "job_name", "cell_job", "backend_slug", "pytorch_sha", "status", "queued",
+    "ran", "red_changes", "test_summary", "flaky",
+)  # fmt: skip
+RED = (Run.Status.FAILED, Run.Status.TIMED_OUT)
+
+
 @dataclass
 class Cell:
     """One job at one commit: its attempts oldest first, shown as the newest."""
 
-    attempts: list[Run]
+    attempts: list[Attempt]
     letter: str = "?"
     counts: dict[str, int] = field(default_factory=dict)
 
     @property
-    def run(self) -> Run:
+    def run(self) -> Attempt:
         return self.attempts[-1]
 
     @property
@@ -74,17 +126,20 @@ class Cell:
         """The hover text: status, attribution, attempt, test counts; earlier attempts."""
         run, total = self.run, len(self.attempts)
         lines = [_describe(run, f"attempt {total} of {total}")]
-        if self.counts:
+        if counts := self.counts:
             lines.append(
-                "{passed} passed, {failed} failed, {skipped} skipped".format(**self.counts)
+                f"{counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} skipped"
             )
-        for number, earlier in reversed(list(enumerate(self.attempts[:-1], start=1))):
-            lines.append(_describe(earlier, f"attempt {number}"))
+        for number in range(total - 1, 0, -1):
+            lines.append(_describe(self.attempts[number - 1], f"attempt {number}"))
         return "\n".join(lines)
 
 
-def _describe(run: Run, attempt: str) -> str:
-    text = f"{run.job_name}: {run.get_status_display()}"
+STATUS_LABELS = dict(Run.Status.choices)
+
+
+def _describe(run: Attempt, attempt: str) -> str:
+    text = f"{run.job_name}: {STATUS_LABELS.get(run.status, run.status)}"
     if attribution := run.attribution():
         text += f" · {attribution}"
     return f"{text} · {attempt}"
@@ -170,7 +225,7 @@ def matching_runs(job: str = "") -> QuerySet[Run]:
 
 def red_cells(runs: QuerySet[Run]) -> QuerySet[Run]:
     """Runs that are the newest attempt of their cell and red (failed with tests, or timed out)."""
-    # By job_name, not HUD_JOB, so that the run_job_recent index finds later attempts.
+    # By job_name, not HUD_JOB, so that the run_job_newest index finds later attempts.
     same_job = Q(job_name=OuterRef("hud_job")) | Q(
         job_name=Concat(OuterRef("hud_job"), Value(RERUN_SUFFIX))
     )
@@ -178,42 +233,26 @@ def red_cells(runs: QuerySet[Run]) -> QuerySet[Run]:
         created_at=OuterRef("created_at"), pk__gt=OuterRef("pk")
     )
     newer = Run.objects.filter(same_job, later, pytorch_sha=OuterRef("pytorch_sha"))
-    ran = TestResult.objects.filter(run=OuterRef("pk"))
-    red = Q(status=Run.Status.TIMED_OUT) | Q(Exists(ran), status=Run.Status.FAILED)
+    # Whether tests ran: from the counts a finished run stored, else from its results (for
+    # a run without any, PostgreSQL may read every result looking for one: 10 minutes for
+    # the 2,800 red runs of bench/pages_at_scale.py).
+    stored = Q(test_summary__isnull=False) & ~Q(test_summary={})
+    ran = Q(test_summary__isnull=True) & Exists(TestResult.objects.filter(run=OuterRef("pk")))
+    red = Q(status=Run.Status.TIMED_OUT) | Q(stored | ran, status=Run.Status.FAILED)
     return runs.filter(red).exclude(Exists(newer))
 
 
 def build(job: str = "", failures_only: bool = False, page: int = 1) -> Grid:
     """The page's commits, newest first, and their cells, under the filters."""
     runs = matching_runs(job)
-    commits = runs.values("pytorch_sha").annotate(first=Min("created_at"))
-    if failures_only:
-        # From the red cells outwards: `IN (red cells)` makes PostgreSQL redo the red
-        # cells' anti-join for every run.
-        first = runs.filter(pytorch_sha=OuterRef("pytorch_sha")).order_by("created_at")
-        commits = (
-            red_cells(runs)
-            .values("pytorch_sha")
-            .annotate(first=Subquery(first.values("created_at")[:1]))
-            .distinct()
-        )
-    commits = commits.order_by("-first", "pytorch_sha")
     start = (page - 1) * PER_PAGE
-    shas = [row["pytorch_sha"] for row in commits[start : start + PER_PAGE + 1]]
+    shas = [
+        row["pytorch_sha"] for row in _commits(runs, failures_only)[start : start + PER_PAGE + 1]
+    ]
     rows = {sha: Commit(sha) for sha in shas[:PER_PAGE]}
-    page_runs = (
-        runs.filter(pytorch_sha__in=list(rows))
-        .annotate(cell_job=HUD_JOB)
-        .select_related("backend")
-        .only(
-            "uuid", "job_name", "status", "pytorch_sha", "created_at", "started_at",
-            "finished_at", "changed_since_green", "backend__slug", "test_summary",
-        )
-        .order_by("created_at", "pk")
-    )  # fmt: skip
     jobs: dict[str, Job] = {}
-    for run in page_runs:
-        jobs.setdefault(run.cell_job, Job(run.cell_job, run.backend.slug))
+    for run in _attempts(runs, list(rows)):
+        jobs.setdefault(run.cell_job, Job(run.cell_job, run.backend))
         cells = rows[run.pytorch_sha].cells
         cells.setdefault(run.cell_job, Cell([])).attempts.append(run)
     _add_facts(rows)
@@ -226,15 +265,57 @@ def build(job: str = "", failures_only: bool = False, page: int = 1) -> Grid:
     return Grid(list(rows.values()), ordered, page, has_next=len(shas) > PER_PAGE)
 
 
-def _mark(commits: Any) -> None:
-    """Each cell's letter and its newest attempt's test counts (two queries in all)."""
-    cells = [cell for commit in commits for cell in commit.cells.values()]
-    ids = [cell.run.pk for cell in cells]
-    flaky = set(
-        Failure.objects.filter(run_id__in=ids, verdict=Failure.Verdict.FLAKY).values_list(
-            "run_id", flat=True
+def _commits(runs: QuerySet[Run], failures_only: bool) -> QuerySet[Any, Any]:
+    """The commits of `runs` (`pytorch_sha`), by their first run, newest first."""
+    if failures_only:
+        # From the red cells outwards: `IN (red cells)` makes PostgreSQL redo the red
+        # cells' anti-join for every run.
+        first = runs.filter(pytorch_sha=OuterRef("pytorch_sha")).order_by("created_at")
+        commits = (
+            red_cells(runs)
+            .values("pytorch_sha")
+            .annotate(first=Subquery(first.values("created_at")[:1]))
+            .distinct()
         )
+    else:
+        # Walked from the newest run back, a run is kept when no earlier run of its commit
+        # matches (one index probe each), so a page reads its own commits' runs; grouping
+        # every run by commit read them all.
+        earlier = runs.filter(
+            Q(created_at__lt=OuterRef("created_at"))
+            | Q(created_at=OuterRef("created_at"), pk__lt=OuterRef("pk")),
+            pytorch_sha=OuterRef("pytorch_sha"),
+        )
+        commits = (
+            runs.exclude(Exists(earlier)).values("pytorch_sha").annotate(first=F("created_at"))
+        )
+    return commits.order_by("-first", "pytorch_sha")
+
+
+def _attempts(runs: QuerySet[Run], shas: list[str]) -> list[Attempt]:
+    """The runs of the commits `shas`, oldest first, as `Attempt` rows."""
+    flaky = Failure.objects.filter(run=OuterRef("pk"), verdict=Failure.Verdict.FLAKY)
+    found = (
+        runs.filter(pytorch_sha__in=shas)
+        .annotate(
+            cell_job=HUD_JOB,
+            backend_slug=F("backend__slug"),
+            queued=ExpressionWrapper(F("started_at") - F("created_at"), DurationField()),
+            ran=ExpressionWrapper(F("finished_at") - F("started_at"), DurationField()),
+            red_changes=Case(When(status__in=RED, then="changed_since_green")),
+            # A probe of the (run, verdict, id) index a passed run.
+            flaky=Case(When(status=Run.Status.PASSED, then=Exists(flaky)), default=False),
+        )
+        .order_by("created_at", "pk")
+        .values_list(*ATTEMPT_COLUMNS)
     )
+    return [Attempt(*values) for values in found]
+
+
+def _mark(commits: Any) -> None:
+    """Each cell's letter and its newest attempt's test counts (stored once a run finished,
+    else counted in one query for all)."""
+    cells = [cell for commit in commits for cell in commit.cells.values()]
     counts = counts_by_run([cell.run for cell in cells])
     for cell in cells:
         run = cell.run
@@ -245,7 +326,7 @@ def _mark(commits: Any) -> None:
         )
         if not run.is_finished:
             cell.letter = "?"
-        elif run.status == Run.Status.PASSED and (run.pk in flaky or red_before):
+        elif run.status == Run.Status.PASSED and (run.flaky or red_before):
             cell.letter = "F"
         elif run.status == Run.Status.FAILED and total == 0:
             cell.letter = "S"
@@ -253,15 +334,17 @@ def _mark(commits: Any) -> None:
             cell.letter = LETTERS.get(run.status, "X")
 
 
-def counts_by_run(runs: list[Run]) -> dict[int, dict[str, int]]:
+def counts_by_run(runs: list[Attempt]) -> dict[int, dict[str, int]]:
     """Per run, its tests passed, failed and skipped, each test counted once at its final
     outcome (`runs.models.results.final_counts`: stored for a finished run)."""
-    counted = final_counts(runs)
-    return {
-        pk: {key: value for key, value in summary(counts).items() if key != "total"}
-        for pk, counts in counted.items()
-        if counts
-    }
+    counted = final_counts([run for run in runs if run.test_summary is None])
+    found = {}
+    for run in runs:
+        outcomes = run.test_summary if run.test_summary is not None else counted[run.pk]
+        if outcomes:
+            total = summary(outcomes)
+            found[run.pk] = {key: total[key] for key in ("passed", "failed", "skipped")}
+    return found
 
 
 def _measure(job: Job, cell: Cell) -> None:
@@ -270,10 +353,10 @@ def _measure(job: Job, cell: Cell) -> None:
         job.finished += 1
         job.passed += run.status == Run.Status.PASSED
     for attempt in cell.attempts:
-        if attempt.started_at:
-            job.queue.append((attempt.started_at - attempt.created_at).total_seconds())
-            if attempt.finished_at:
-                job.execution.append((attempt.finished_at - attempt.started_at).total_seconds())
+        if attempt.queued is not None:
+            job.queue.append(attempt.queued.total_seconds())
+        if attempt.ran is not None:
+            job.execution.append(attempt.ran.total_seconds())
 
 
 def _payload_text(*keys: str) -> KeyTextTransform:

@@ -31,8 +31,8 @@ from runs import (
 )
 from runs.models import Run, Shard, TestDuration
 from runs.relay import outbox
-from runs.report_files import canonical
 from selection.reuse.launcher import PytestRun, TestEnvironment
+from selection.reuse.outcomes import canonical
 
 # The build command's output, in the run's folder.
 BUILD_LOG = "build.log"
@@ -75,7 +75,7 @@ def pytest_for(run: Run, tree: Path, environment: TestEnvironment | None = None)
 
 def collect(pytest: PytestRun) -> list[str]:
     """Node ids of every test the run's config selects on its test tree."""
-    completed = replace(pytest, collect_only=True).run(timeout=1800)
+    completed = replace(pytest, collect_only=True, rewrite_asserts=False).run(timeout=1800)
     # Ids in one spelling of the backend's class suffix, as results are stored.
     lines = completed.stdout.splitlines()
     ids = [canonical(line) for line in lines if "::" in line and " " not in line]

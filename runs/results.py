@@ -47,7 +47,7 @@ def finish_if_done(run_id: int) -> Run | None:
         run.status = status_of(run, failures)
         run.finished_at = timezone.now()
         run.summarise()
-        run.save(update_fields=["status", "finished_at", "test_summary"])
+        run.save(update_fields=["status", "finished_at", "test_summary", "failure_summary"])
         # The callbacks and the bundle request commit with the status: none is lost.
         outbox.run_finished(run)
         events.run_finished.send(Run, run=run)

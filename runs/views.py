@@ -8,7 +8,7 @@ from django_htmx.http import HttpResponseStopPolling
 
 from crcr_site.lib.access import reviewer_required
 from crcr_site.lib.htmx import HtmxHttpRequest
-from runs import charts, gate, hud_grid, triggers
+from runs import gate, hud_grid, hud_rows, run_rows, triggers
 from runs import hud as summaries
 from runs.forms import HudFilterForm, TriggerForm
 from runs.models import Dispatch, Run
@@ -21,15 +21,19 @@ def hud(request: HttpRequest) -> HttpResponse:
     form = HudFilterForm(request.GET)
     filters = form.filters()
     grid = hud_grid.build(**filters)
+    finished = summaries.newest_finished(filters["job"])  # the trends', and which jobs are red
     context = {
         "form": form,
         "grid": grid,
+        "head": hud_rows.head(grid),
+        "rows": hud_rows.rows(grid.commits),
+        "foot": hud_rows.foot(grid),
         "legend": hud_grid.LEGEND,
         "filtered": bool(filters["job"] or filters["failures_only"]),
         "previous_page": _page_link(request, grid.page - 1) if grid.page > 1 else "",
         "next_page": _page_link(request, grid.page + 1) if grid.has_next else "",
-        "trends": summaries.trends(summaries.newest_finished(filters["job"])),
-        "red": summaries.red_now(filters["job"]),
+        "trends": summaries.trends(finished),
+        "red": summaries.red_now(finished),
         "nav": "hud",
     }
     if not grid.commits and grid.page == 1 and not context["filtered"]:
@@ -58,19 +62,23 @@ def run_list(request: HtmxHttpRequest) -> HttpResponse:
 
 @login_required
 def run_detail(request: HtmxHttpRequest, uuid: str) -> HttpResponse:
-    run = get_object_or_404(
-        Run.objects.select_related("trigger__dispatch", "backend", "config_version", "retry_of"),
-        uuid=uuid,
+    related = Run.objects.select_related(
+        "trigger__dispatch", "backend", "config_version", "retry_of"
     )
-    shards = list(run.shards.listed())  # without each shard's list of test ids
+    # Without what the page never shows: a config's text (1.3 MB at 10,000 entries) and
+    # the dispatch's GitHub event.
+    large = (
+        "config_version__yaml_text",
+        "trigger__dispatch__payload",
+        "trigger__dispatch__raw_body",
+    )
+    run = get_object_or_404(related.defer(*large), uuid=uuid)
     context = {
         "run": run,
-        "shards": shards,
-        "chart": charts.shard_durations([shard.chart_bar() for shard in shards]),
+        **run_rows.progress(run),  # the shards, their chart and the failure groups
         "artifacts": run.artifacts.all(),
         "attempts": run.attempts.order_by("run_attempt"),
         "counts": run.test_counts(),
-        "failure_groups": run.failure_groups(),
         "unexpected": run.unexpected_passes(),
         "callbacks": run.callbacks.order_by("job_name", "created_at"),
         "nav": "runs",

@@ -119,11 +119,26 @@ def model() -> MiniLM:
 
 
 def encode(texts: Sequence[str]) -> list[bytes]:
-    """Embeddings of `texts` as bytes, in batches."""
-    out: list[bytes] = []
-    for start in range(0, len(texts), BATCH):
-        vectors = model().encode(texts[start : start + BATCH])
-        out += [bytes(row.numpy().astype("<f4").tobytes()) for row in vectors]
+    """Embeddings of `texts` as bytes, in batches of texts of about the same length.
+
+    Each batch is padded to its longest text, so sorting by length first spares the
+    padding (a big tree's texts run from 5 to 150 tokens). One intra-op thread: these
+    matrices are small, and torch's threads spinning for work cost three times the CPU
+    (and the wall time) of one thread on a 2-core host with other work on it
+    (256 texts: 9.9 s of CPU and 22 s against 2.7 s and 5.5 s, 2026-12-05)."""
+    torch = model().torch
+    order = sorted(range(len(texts)), key=lambda n: len(texts[n]))
+    out: list[bytes] = [b""] * len(texts)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        for start in range(0, len(order), BATCH):
+            chosen = order[start : start + BATCH]
+            vectors = model().encode([texts[n] for n in chosen])
+            for n, row in zip(chosen, vectors, strict=True):
+                out[n] = bytes(row.numpy().astype("<f4").tobytes())
+    finally:
+        torch.set_num_threads(threads)
     return out
 
 

@@ -4,8 +4,10 @@ Steps of `scan()`:
 1. list `test/**/test_*.py` under the tree root and hash each file;
 2. a file whose (path, hash) was already parsed in any snapshot is copied from
    there (its tests, summaries and embeddings), not parsed again;
-3. the others are parsed (`selection.source_facts`, no torch) and embedded
-   (`selection.embeddings`, loaded lazily, only when something new needs it);
+3. the others are parsed (`selection.source_facts`, no torch; a file with the same
+   bytes as one parsed in this scan, a renamed copy, takes its facts) and embedded
+   (`selection.embeddings`, loaded lazily, only when something new needs it; each
+   distinct text once);
 4. everything lands in one transaction per snapshot; re-scanning a SHA replaces it.
 
 `diff()` compares two snapshots by per-test content hash; `query()` ranks tests
@@ -58,18 +60,22 @@ def scan(
     paths = test_files(root)
     parsed: list[ParsedFile] = []
     reused: list[tuple[str, TestFile]] = []
+    by_hash: dict[str, ParsedFile] = {}  # this scan's parses: a renamed copy is not re-read
     for n, relative in enumerate(paths, start=1):
         data = (root / relative).read_bytes()
+        digest = file_hash(data)
         known = (
-            TestFile.objects.filter(path=str(relative), content_hash=file_hash(data))
+            TestFile.objects.filter(path=str(relative), content_hash=digest)
             .exclude(snapshot__pytorch_sha=pytorch_sha)
             .order_by("-snapshot__created_at")
             .first()
         )
         if known is not None:
             reused.append((str(relative), known))
+        elif digest in by_hash:
+            parsed.append(by_hash[digest].renamed(str(relative)))
         else:
-            parsed.append(parse_file(str(relative), data, root))
+            parsed.append(by_hash.setdefault(digest, parse_file(str(relative), data, root)))
         progress("inventory: reading test files", n, len(paths))
     vectors = _embed(parsed, progress) if embed else {}
     with transaction.atomic():
@@ -101,13 +107,14 @@ def _embed(parsed: list[ParsedFile], progress: Progress) -> dict[tuple[str, str,
         return {}
     from selection import embeddings
 
-    keys = list(texts)
+    # Each distinct text once: renamed copies, and tests that say the same, share one.
+    unique = sorted(set(texts.values()))
     vectors: list[bytes] = []
-    for start in range(0, len(keys), embeddings.BATCH * 4):
-        chunk = keys[start : start + embeddings.BATCH * 4]
-        vectors += embeddings.encode([texts[key] for key in chunk])
-        progress("inventory: embedding tests and files", len(vectors), len(keys))
-    return dict(zip(keys, vectors, strict=True))
+    for start in range(0, len(unique), embeddings.BATCH * 4):
+        vectors += embeddings.encode(unique[start : start + embeddings.BATCH * 4])
+        progress("inventory: embedding tests and files", len(vectors), len(unique))
+    by_text = dict(zip(unique, vectors, strict=True))
+    return {key: by_text[text] for key, text in texts.items()}
 
 
 def _store_parsed(

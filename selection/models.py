@@ -382,8 +382,13 @@ class Proposal(models.Model):
 
     class Meta:
         indexes = [
-            # The review queue: filtered by status and file, newest first.
-            models.Index(fields=["backend", "status", "file_path"], name="proposal_queue"),
+            # The review queue filtered by status and file: its count, and its pages newest
+            # first, walked in that order (`crcr_site.lib.paging.page_of`); "Open a
+            # config PR" (`configprs.ready`).
+            models.Index(
+                fields=["backend", "status", "file_path", "created_at", "id"],
+                name="proposal_queue_newest",
+            ),
             # The pipeline's "is there already a decision for this test?".
             models.Index(
                 fields=["backend", "file_path", "class_name", "test_name"], name="proposal_by_test"

@@ -1,29 +1,35 @@
 """The operator index: run tests under the operator capture and store op -> tests, test -> ops.
 
 Steps of `capture()`:
-1. run pytest with `selection.opcapture_plugin` over the chosen files of the
-   tree, in as few processes as possible (each pays ~10 s importing torch's test
-   machinery), on the CPU by default (every op has a kernel there, so a test's
-   whole op list shows) or on the backend's device; a process that dies is
-   followed by one process per remaining file so one crash loses one file;
-2. fold the per-variant lines into one `CapturedTest` per generic test (variants,
+1. group the chosen files by content (`same_text`): files with the same bytes under
+   the same conftest.py files (renamed copies) run the same tests the same way, so
+   only the first of each group runs and stands for the others;
+2. run pytest with `selection.opcapture_plugin` over those files of the tree, in as
+   few processes as possible (each pays ~10 s importing torch's test machinery), on
+   the CPU by default (every op has a kernel there, so a test's whole op list shows)
+   or on the backend's device; a process that dies is followed by one process per
+   remaining file so one crash loses one file;
+3. fold the per-variant lines into one `CapturedTest` per generic test (variants,
    outcomes, the OpInfos/dtypes/modules it spans) and `OpUsage` rows keyed by
-   (test, OpInfo variant, op), "under test" or "helper";
-3. replace what the index held for those tests: re-running updates, never duplicates.
+   (test, OpInfo variant, op), "under test" or "helper"; each file of a group gets
+   its own rows, the same as the file that ran;
+4. replace what the index held for those tests: re-running updates, never duplicates.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import tempfile
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Q
 
 from selection.models import CapturedTest, OpUsage
@@ -32,6 +38,8 @@ from selection.reuse.launcher import OperatorCapture, PytestRun, TestEnvironment
 Key = tuple[str, str, str]
 Progress = Callable[[str, int, int], None]
 TEST_TIMEOUT = 120.0
+# Keys per DELETE: SQLite refuses an expression nested 1,000 deep (a chain of ORs).
+STALE_CHUNK = 200
 
 
 @dataclass
@@ -41,6 +49,36 @@ class CaptureResult:
     rows: int = 0
     processes: int = 0
     lost_files: list[str] = field(default_factory=list)
+    reused_files: int = 0  # indexed from the capture of a file with the same text
+
+
+def same_text(tree: Path, files: Sequence[str]) -> dict[str, list[str]]:
+    """Each file that must run -> the files with the same text whose capture it is.
+
+    Same text means the same bytes and the same conftest.py files from the tree's root
+    down to the file's folder; a test that reads its own path or module name is the
+    exception this does not see (renamed copies of a file are what it is for)."""
+    groups: dict[str, list[str]] = {}
+    first: dict[str, str] = {}
+    conftests: dict[Path, bytes] = {}
+    for relative in files:
+        digest = hashlib.sha256((tree / relative).read_bytes())
+        folder = (tree / relative).parent
+        for parent in [folder, *folder.parents]:
+            if parent not in conftests:
+                conftest = parent / "conftest.py"
+                conftests[parent] = conftest.read_bytes() if conftest.is_file() else b""
+            if conftests[parent]:
+                digest.update(b"\0" + conftests[parent])
+            if parent == tree:
+                break
+        key = digest.hexdigest()
+        if key in first:
+            groups[first[key]].append(relative)
+        else:
+            first[key] = relative
+            groups[relative] = []
+    return groups
 
 
 def capture_environment(tree: Path, workdir: Path, device_module: str | None) -> TestEnvironment:
@@ -177,17 +215,17 @@ def fold(lines: Iterable[dict[str, Any]]) -> tuple[dict[Key, dict[str, Any]], di
 
 @transaction.atomic
 def store(
-    lines: Iterable[dict[str, Any]], device: str = "cpu", whole_files: Sequence[str] = ()
+    lines: Iterable[dict[str, Any]],
+    device: str = "cpu",
+    whole_files: Sequence[str] = (),
+    copies: Mapping[str, Sequence[str]] | None = None,
 ) -> int:
-    """Replace the index's rows for every test in `lines` (and for whole files when given)."""
+    """Replace the index's rows for every test in `lines` (and for whole files when
+    given); `copies`: file -> files with the same text, which get the same rows."""
     tests, usage = fold(lines)
-    stale = Q(file_path__in=list(whole_files))
-    for key in tests:
-        stale |= Q(file_path=key[0], class_name=key[1], test_name=key[2])
-    if tests or whole_files:
-        OpUsage.objects.filter(stale).delete()
-        CapturedTest.objects.filter(stale).delete()
-    CapturedTest.objects.bulk_create(
+    copies = {path: list(others) for path, others in (copies or {}).items() if others}
+    _delete_stale(tests, [*whole_files, *(f for others in copies.values() for f in others)])
+    _insert(
         CapturedTest(
             file_path=key[0],
             class_name=key[1],
@@ -207,7 +245,7 @@ def store(
         )
         for key, t in tests.items()
     )
-    rows = [
+    rows = _insert(
         OpUsage(
             file_path=key[0],
             class_name=key[1],
@@ -219,9 +257,58 @@ def store(
         )
         for key, ops in usage.items()
         for (opinfo, op), (source, is_helper) in ops.items()
-    ]
-    OpUsage.objects.bulk_create(rows, batch_size=2000)
-    return len(rows)
+    )
+    _copy_rows(copies)
+    per_file: dict[str, int] = defaultdict(int)
+    for key, ops in usage.items():
+        per_file[key[0]] += len(ops)
+    return rows + sum(per_file[path] * len(others) for path, others in copies.items())
+
+
+def _copy_rows(copies: Mapping[str, Sequence[str]]) -> None:
+    """Give each copy the rows just stored for its file, in the database (INSERT ... SELECT:
+    a big tree of renamed copies is a million rows, which need not pass through Python)."""
+    pairs = [(copy, path) for path, others in copies.items() for copy in others]
+    if not pairs:
+        return
+    quote = connection.ops.quote_name
+    with connection.cursor() as cursor:
+        for model in (CapturedTest, OpUsage):
+            columns = [str(f.column) for f in model._meta.concrete_fields if not f.primary_key]
+            kept = ", ".join(quote(c) for c in columns if c != "file_path")
+            table = quote(model._meta.db_table)
+            cursor.executemany(
+                f"INSERT INTO {table} ({quote('file_path')}, {kept}) "
+                f"SELECT %s, {kept} FROM {table} WHERE {quote('file_path')} = %s",
+                pairs,
+            )
+
+
+def _insert(rows: Iterable[Any], batch: int = 2000) -> int:
+    """bulk_create a batch at a time (a big tree's index is hundreds of thousands of
+    rows: never all of them in memory as model instances at once); how many."""
+    count = 0
+    iterator = iter(rows)
+    while chunk := list(islice(iterator, batch)):
+        type(chunk[0]).objects.bulk_create(chunk)
+        count += len(chunk)
+    return count
+
+
+def _delete_stale(tests: Mapping[Key, Any], whole_files: Sequence[str]) -> None:
+    """Delete the index's rows for these whole files and these tests, in chunks."""
+    whole = sorted(set(whole_files))
+    covered = set(whole)
+    loose = [key for key in tests if key[0] not in covered]
+    chunks = [Q(file_path__in=whole[n : n + 500]) for n in range(0, len(whole), 500)]
+    for n in range(0, len(loose), STALE_CHUNK):
+        stale = Q(pk__in=[])
+        for path, cls, name in loose[n : n + STALE_CHUNK]:
+            stale |= Q(file_path=path, class_name=cls, test_name=name)
+        chunks.append(stale)
+    for stale in chunks:
+        OpUsage.objects.filter(stale).delete()
+        CapturedTest.objects.filter(stale).delete()
 
 
 def capture(
@@ -235,14 +322,22 @@ def capture(
     """Run `files` of the tree (or only the tests `only` names) under the capture and
     update the index with what they called."""
     tree = Path(tree).resolve()
+    # Tests named one by one (an upgrade's diff) run where they are.
+    groups = same_text(tree, files) if only is None else {f: [] for f in files}
     with tempfile.TemporaryDirectory(prefix="crcr-capture-") as scratch:
         folder = workdir or Path(scratch)
-        lines, result = run_capture(tree, files, folder, device_module, progress, only=only)
+        lines, result = run_capture(tree, list(groups), folder, device_module, progress, only=only)
     device = "cpu" if device_module is None else "device"
+    result.lost_files += [copy for f in result.lost_files for copy in groups.get(f, [])]
+    copies = {f: others for f, others in groups.items() if f not in result.lost_files}
     whole = [] if only is not None else [f for f in files if f not in result.lost_files]
-    result.rows = store(lines, device=device, whole_files=whole)
-    result.tests = len({(line.get("file"), line.get("class"), line.get("test")) for line in lines})
-    result.variants = len(lines)
+    result.rows = store(lines, device=device, whole_files=whole, copies=copies)
+    result.reused_files = sum(len(others) for others in copies.values())
+    # What the index now holds for the files: what ran, and as much again per copy.
+    times = {f: 1 + len(others) for f, others in copies.items()}
+    keys = {(line.get("file"), line.get("class"), line.get("test")) for line in lines}
+    result.tests = sum(times.get(str(key[0]), 1) for key in keys)
+    result.variants = sum(times.get(str(line.get("file")), 1) for line in lines)
     return result
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from selection.reuse import schema
@@ -98,6 +98,14 @@ class ParsedFile:
     summary: str
     tests: list[ParsedTest]
     error: str = ""
+    about: str = ""  # the header comment or docstring: the summary's first words
+
+    def renamed(self, path: str) -> ParsedFile:
+        """The same text's facts under another path (a renamed copy): only the summary
+        can depend on the path, when the file says nothing about itself."""
+        if self.error:
+            return replace(self, path=path, summary=f"{path}: could not be parsed")
+        return replace(self, path=path, summary=file_summary(path, self.about, self.tests))
 
 
 def file_hash(data: bytes) -> str:
@@ -114,7 +122,8 @@ def parse_file(path: str, data: bytes, tree_root: Path | None = None) -> ParsedF
         return ParsedFile(path, digest, f"{path}: could not be parsed", [], f"{error}")
     reader = _Reader(path, text, module, tree_root)
     tests = reader.tests()
-    return ParsedFile(path, digest, reader.file_summary(tests), tests)
+    about = ast.get_docstring(module) or _header_comment(text)
+    return ParsedFile(path, digest, file_summary(path, about, tests), tests, about=about)
 
 
 class _Reader:
@@ -370,15 +379,15 @@ class _Reader:
         tail = lines[-1].encode()[:end_col].decode(errors="replace")
         return "\n".join([head, *lines[1:-1], tail])
 
-    def file_summary(self, tests: list[ParsedTest]) -> str:
-        """One line: what the file's header comment or docstring says, and its classes."""
-        about = ast.get_docstring(self.module) or _header_comment(self.text)
-        classes: dict[str, int] = {}
-        for test in tests:
-            classes[test.class_name] = classes.get(test.class_name, 0) + 1
-        listing = ", ".join(f"{name} ({count} tests)" for name, count in classes.items())
-        first = about.strip().splitlines()[0] if about.strip() else humanize(Path(self.path).stem)
-        return _clip(f"{first} Classes: {listing or 'none'}.", 300)
+
+def file_summary(path: str, about: str, tests: list[ParsedTest]) -> str:
+    """One line: what the file's header comment or docstring says, and its classes."""
+    classes: dict[str, int] = {}
+    for test in tests:
+        classes[test.class_name] = classes.get(test.class_name, 0) + 1
+    listing = ", ".join(f"{name} ({count} tests)" for name, count in classes.items())
+    first = about.strip().splitlines()[0] if about.strip() else humanize(Path(path).stem)
+    return _clip(f"{first} Classes: {listing or 'none'}.", 300)
 
 
 def summarize(

@@ -115,5 +115,9 @@ class Trigger(models.Model):
     )
     created_at = models.DateTimeField(default=timezone.now)
 
+    class Meta:
+        # The HUD's facts of a page's commits (`runs.hud_grid._add_facts`).
+        indexes = [models.Index(fields=["pytorch_sha"], name="trigger_by_commit")]
+
     def __str__(self) -> str:
         return f"{self.kind} {self.pytorch_sha[:12]}"

@@ -2,8 +2,8 @@
 
 import uuid
 from collections import Counter
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol
 
 from django.db import connection, models
 from django.utils import timezone
@@ -169,7 +169,17 @@ _SUPERSEDED = """
 """
 
 
-def final_counts(runs: Iterable[Run]) -> dict[int, Counter[str]]:
+class Counted(Protocol):
+    """A run as `final_counts` reads it (a Run, or a row of its values)."""
+
+    @property
+    def pk(self) -> Any: ...
+
+    @property
+    def test_summary(self) -> Any: ...
+
+
+def final_counts(runs: Iterable[Counted]) -> dict[int, Counter[str]]:
     """Per run, its tests counted once each at their final attempt's outcome.
 
     A run that stored its counts when it finished (`Run.test_summary`) costs nothing;
@@ -194,10 +204,16 @@ def final_counts(runs: Iterable[Run]) -> dict[int, Counter[str]]:
     return counts
 
 
-def summary(outcomes: Counter[str]) -> dict[str, int]:
+# As plain strings: an enum member hashes in Python, and the HUD sums 1,000 runs' counts.
+_PASSING = tuple(str(outcome.value) for outcome in TestResult.PASSING)
+_SKIPPED = str(TestResult.Outcome.SKIPPED.value)
+
+
+def summary(outcomes: Mapping[str, int]) -> dict[str, int]:
     """passed/failed/skipped/total from final outcomes' counts."""
-    passed = sum(outcomes[o] for o in TestResult.PASSING)
-    skipped = outcomes[TestResult.Outcome.SKIPPED]
+    get = outcomes.get
+    passed = sum(get(outcome, 0) for outcome in _PASSING)
+    skipped = get(_SKIPPED, 0)
     total = sum(outcomes.values())
     return {
         "passed": passed,
@@ -239,7 +255,10 @@ class Failure(models.Model):
         indexes = [
             # The run page's groups (`Run.failure_groups`): each group's first failures
             # and its size, read from the index in its order, without a sort.
-            models.Index(fields=["run", "category", "verdict", "id"], name="failure_run_group")
+            models.Index(fields=["run", "category", "verdict", "id"], name="failure_run_group"),
+            # The HUD's "red now": a red run's regressions, counted and the first few ranked
+            # from the index alone (`runs.hud.red_now`).
+            models.Index(fields=["run", "verdict", "id"], name="failure_run_verdict"),
         ]
 
     def __str__(self) -> str:

@@ -5,12 +5,12 @@ from typing import Any
 
 from django.conf import settings
 from django.db import models
-from django.db.models import Count, F, Window
-from django.db.models.functions import RowNumber
+from django.db.models import Count
 from django.urls import reverse
 from django.utils import timezone
 
 from crcr_site.lib.leases import Leased
+from crcr_site.lib.ranking import first_of_each
 from runs.models.backends import Backend
 from runs.models.intake import Trigger
 
@@ -84,10 +84,23 @@ class Run(Leased):
     test_summary = models.JSONField(
         null=True, blank=True, help_text="tests per final outcome, stored when the run finished"
     )
+    # [category, verdict, failures] per group, stored with `test_summary`: the run page's
+    # group sizes, the HUD's flaky cells and red jobs' regressions, without a count.
+    failure_summary = models.JSONField(
+        null=True, blank=True, help_text="failures per category and verdict, stored when finished"
+    )
 
     class Meta:
-        # The HUD grid and "last green run of this job".
-        indexes = [models.Index(fields=["job_name", "-created_at"], name="run_job_recent")]
+        indexes = [
+            # A job's runs newest first: "last green run of this job", a cell's later
+            # attempts, and the HUD's trends, ranked from the index alone (with the status).
+            models.Index(
+                fields=["job_name", "-created_at", "-id"], include=["status"], name="run_job_newest"
+            ),
+            # The HUD grid: a page's commits walked from the newest run back, and their runs.
+            models.Index(fields=["created_at", "id"], name="run_newest"),
+            models.Index(fields=["pytorch_sha", "created_at", "id"], name="run_by_commit"),
+        ]
         constraints = [
             models.UniqueConstraint(fields=["retry_of", "run_attempt"], name="run_attempt_once")
         ]
@@ -111,55 +124,31 @@ class Run(Leased):
         return bool(changed) and changed <= {"PyTorch", "test suite"}
 
     def attribution(self) -> str:
-        """What a red run's failure is put down to, from what moved since the job's last green run.
-
-        Empty for a run that is not red. PyTorch and its test suite move together
-        (the suite is PyTorch's tests at that SHA), so either alone reads as upstream.
-        """
-        if self.status not in (self.Status.FAILED, self.Status.TIMED_OUT):
-            return ""
-        changed = set(self.changed_since_green)
-        if "no green run yet" in changed:
-            return "no earlier green run to compare with"
-        if not changed:
-            return "nothing changed since the last green run: flaky or infrastructure"
-        names = []
-        if "PyTorch" in changed:
-            names.append("PyTorch")
-        elif "test suite" in changed:
-            names.append("the test suite")
-        names += [f"the {name}" for name in ("backend", "config") if name in changed]
-        if len(names) == 1:
-            return f"only {names[0]} changed since the last green run"
-        if len(names) == 2:
-            return f"both {names[0]} and {names[1]} changed since the last green run"
-        return f"{', '.join(names[:-1])} and {names[-1]} changed since the last green run"
+        """What a red run's failure is put down to (`attribution`)."""
+        return attribution(self.status, self.changed_since_green)
 
     def failure_groups(self) -> list[dict[str, Any]]:
         """Failures grouped by category and verdict: each group's size and its first
-        `FAILURES_SHOWN` failures, in three queries however many failures the run has.
+        `FAILURES_SHOWN` failures, in two queries however many failures the run has (one
+        once it finished; one more on SQLite).
 
-        1. each group's size (a count over the (run, category, verdict) index);
-        2. the ids of each group's first failures: a window ranks them in that index's
-           order and stops each group at `FAILURES_SHOWN` (a window counting the group
-           too must read it whole: 20x slower);
-        3. those failures with their results, by id (as a subquery of 3, the planner
-           expected every failure back and joined the whole results table)."""
+        1. each group's size: stored when the run finished (`summarise`), else a count over
+           the (run, category, verdict) index;
+        2. each group's first failures with their results, by the ids of
+           `crcr_site.lib.ranking.first_of_each` (on PostgreSQL a walk of that index that
+           stops at `FAILURES_SHOWN` a group, where a window read all 10,000 of a big
+           run's)."""
         from runs.models.results import Failure  # results.py imports this module
 
-        sizes = self.failures.values_list("category", "verdict").annotate(n=Count("pk"))
         groups: dict[tuple[str, str], dict[str, Any]] = {
             (category, verdict): {
                 "category": Failure.Category(category).label, "count": size, "failures": [],
                 "verdict": Failure.Verdict(verdict).label,
             }
-            for category, verdict, size in sizes.order_by("category", "verdict")
+            for category, verdict, size in sorted(self.failure_counts())
         }  # fmt: skip
-        group = [F("category"), F("verdict")]
-        first = self.failures.annotate(
-            rank=Window(RowNumber(), partition_by=group, order_by=F("pk").asc())
-        ).filter(rank__lte=FAILURES_SHOWN)
-        ids = list(first.values_list("pk", flat=True))
+        keys = [{"category": category, "verdict": verdict} for category, verdict in groups]
+        ids = first_of_each(self.failures.all(), keys, FAILURES_SHOWN)
         shown = Failure.objects.filter(pk__in=ids).select_related("result")
         for failure in shown.order_by("pk"):
             # A failure classified between the two queries is left for the next view.
@@ -171,7 +160,10 @@ class Run(Leased):
 
     def unexpected_passes(self) -> dict[str, Any]:
         """Tests listed xfail that passed (XPASS, strict or not): how many, the first few.
-        Never failures: the review queue holds their promotion proposals."""
+        Never failures: the review queue holds their promotion proposals. None, without a
+        query, when the counts the run stored say so."""
+        if self.test_summary is not None and not self.test_summary.get("xpassed"):
+            return {"count": 0, "first": [], "more": 0}
         passed = self.results.filter(outcome="xpassed")  # the (run, outcome) index
         first = list(passed.order_by("node_id").values_list("node_id", "mode")[:FAILURES_SHOWN])
         count = passed.count() if len(first) == FAILURES_SHOWN else len(first)
@@ -189,9 +181,45 @@ class Run(Leased):
 
         return summary(final_counts([self])[self.pk])
 
+    def failure_counts(self) -> list[tuple[str, str, int]]:
+        """(category, verdict, failures) per group: stored once the run finished, else
+        counted (over the (run, category, verdict) index)."""
+        if self.failure_summary is not None:
+            return [(category, verdict, size) for category, verdict, size in self.failure_summary]
+        sizes = self.failures.values_list("category", "verdict").annotate(n=Count("pk"))
+        return list(sizes.order_by("category", "verdict"))
+
     def summarise(self) -> None:
-        """Store the final outcomes' counts (unsaved): done when the run finishes."""
+        """Store the final outcomes' counts and the failures' per group (unsaved): done when
+        the run finishes, after its failures are classified."""
         from runs.models.results import final_counts
 
-        self.test_summary = None
+        self.test_summary = self.failure_summary = None
         self.test_summary = dict(final_counts([self])[self.pk])
+        self.failure_summary = [list(group) for group in self.failure_counts()]
+
+
+def attribution(status: str, changed_since_green: list[str]) -> str:
+    """What a red run's failure is put down to, from what moved since the job's last green run.
+
+    Empty for a run that is not red. PyTorch and its test suite move together
+    (the suite is PyTorch's tests at that SHA), so either alone reads as upstream.
+    """
+    if status not in (Run.Status.FAILED, Run.Status.TIMED_OUT):
+        return ""
+    changed = set(changed_since_green)
+    if "no green run yet" in changed:
+        return "no earlier green run to compare with"
+    if not changed:
+        return "nothing changed since the last green run: flaky or infrastructure"
+    names = []
+    if "PyTorch" in changed:
+        names.append("PyTorch")
+    elif "test suite" in changed:
+        names.append("the test suite")
+    names += [f"the {name}" for name in ("backend", "config") if name in changed]
+    if len(names) == 1:
+        return f"only {names[0]} changed since the last green run"
+    if len(names) == 2:
+        return f"both {names[0]} and {names[1]} changed since the last green run"
+    return f"{', '.join(names[:-1])} and {names[-1]} changed since the last green run"

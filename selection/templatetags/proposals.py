@@ -2,14 +2,19 @@
 node per evidence key costs more than the rest of the page (see bench/pages.py)."""
 
 from functools import lru_cache
+from html import escape
 from typing import Any
 from uuid import UUID
 
-from django import template
+from django import forms, template
+from django.forms import BoundField
 from django.urls import get_script_prefix, reverse
+from django.utils import dateformat, timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.text import Truncator
+
+from selection.models import Proposal
 
 register = template.Library()
 
@@ -29,7 +34,7 @@ def uuid_url(name: str, uuid: UUID | str) -> str:
 
 
 def _codes(names: Any) -> SafeString:
-    return format_html_join(", ", "<code>{}</code>", ((name,) for name in names))
+    return mark_safe(", ".join(f"<code>{escape(str(name))}</code>" for name in names))
 
 
 def _joined(items: Any) -> str:
@@ -72,23 +77,23 @@ def evidence(ev: dict[str, Any]) -> SafeString:
     """A proposal's evidence as the queue's list: ops, dtypes, device outcome, CPU failure."""
     items: list[str] = []
     get = ev.get
+    # The keys every proposal has, in f-strings (every text escaped): format_html a key
+    # was a third of a queue row's time.
     if get("unsupported_ops"):
-        items.append(format_html("<li>unsupported ops: {}</li>", _codes(ev["unsupported_ops"])))
+        items.append(f"<li>unsupported ops: {_codes(ev['unsupported_ops'])}</li>")
     if get("waiting_on"):
-        items.append(format_html("<li>waiting on: {}</li>", _codes(ev["waiting_on"])))
+        items.append(f"<li>waiting on: {_codes(ev['waiting_on'])}</li>")
     if get("ops_under_test") is not None:
-        items.append(format_html(
-            "<li>ops used: {} under test, {} helpers</li>", ev["ops_under_test"],
-            get("helper_ops", ""),
-        ))  # fmt: skip
+        under, helpers = escape(str(ev["ops_under_test"])), escape(str(get("helper_ops", "")))
+        items.append(f"<li>ops used: {under} under test, {helpers} helpers</li>")
     if get("dtypes"):
         supported = get("supported_dtypes")
         note = "" if supported is None else f" (supported: {_joined(supported) or 'none'})"
-        items.append(format_html("<li>dtypes: {}{}</li>", _joined(ev["dtypes"]), note))
+        items.append(f"<li>dtypes: {escape(_joined(ev['dtypes']) + note)}</li>")
     if get("restrictions"):
-        items.append(format_html("<li>restrictions: {}</li>", _joined(ev["restrictions"])))
+        items.append(f"<li>restrictions: {escape(_joined(ev['restrictions']))}</li>")
     if get("stage1"):
-        items.append(format_html("<li>stage 1: {}</li>", ev["stage1"]))
+        items.append(f"<li>stage 1: {escape(str(ev['stage1']))}</li>")
     if get("device"):
         items.append(_device(ev["device"]))
     if get("cpu_failure"):
@@ -104,7 +109,7 @@ def evidence(ev: dict[str, Any]) -> SafeString:
         items.append(format_html("<li>{}: {}</li>", key.replace("_", " "), _plain(ev[key])))
     return mark_safe(
         '<ul class="evidence">' + "".join(items) + "</ul>"
-    )  # parts escaped by format_html
+    )  # parts escaped above or by format_html
 
 
 # Evidence keys `evidence` words itself; any other is listed as "key: value".
@@ -145,3 +150,113 @@ def edits(changes: dict[str, Any]) -> SafeString:
         for kind, change in changes.items()
     )
     return mark_safe("".join(lines))  # parts escaped by format_html
+
+
+def _when(value: Any) -> str:
+    """`|date:"Y-m-d H:i"` in the current time zone."""
+    return dateformat.format(timezone.localtime(value), "Y-m-d H:i") if value else ""
+
+
+def _actions(proposal: Any, csrf_token: str) -> str:
+    """The row's approve, reject and edit controls, or why it has none (HTML)."""
+    if proposal.status == Proposal.Status.MERGED:
+        return '<span class="muted">in the config</span>'
+    if proposal.config_change_id:
+        url = uuid_url("selection:configchange_detail", proposal.config_change.uuid)
+        return f'<a href="{url}">in a config PR</a>'
+    review_url = uuid_url("selection:proposal_review", proposal.uuid)
+    edit_url = uuid_url("selection:proposal_edit", proposal.uuid)
+    approve = '<button name="decision" value="approve">Approve</button>'
+    reject = '<button name="decision" value="reject">Reject</button>'
+    return (
+        f'<form method="post" action="{review_url}" hx-post="{review_url}" '
+        'hx-target="closest tr" hx-swap="outerHTML" data-decide>'
+        f'<input type="hidden" name="csrfmiddlewaretoken" value="{escape(csrf_token)}">'
+        f"{approve if proposal.status != Proposal.Status.APPROVED else ''}"
+        f"{reject if proposal.status != Proposal.Status.REJECTED else ''}</form> "
+        f'<a href="{edit_url}" hx-get="{edit_url}" hx-target="closest tr" hx-swap="outerHTML" '
+        "data-edit>Edit</a>"
+    )
+
+
+MODES, STAGES, STATUSES = (
+    dict(choices.choices) for choices in (Proposal.Mode, Proposal.Stage, Proposal.Status)
+)
+
+
+@register.simple_tag(takes_context=True)
+def queue_row(context: Any, proposal: Any) -> SafeString:
+    """A proposal's row of the queue, in one string (every text escaped here): through the
+    template, the 25 rows of a page were half of its rendering (bench/pages.py), and
+    format_html a third of the rest. `can_review` adds the actions."""
+    p = proposal
+    test = escape(f"{p.class_name}::{p.test_name}" if p.class_name else p.test_name)
+    edited = (
+        '<br><small class="edited-mark">edited by '
+        f"{escape(p.edited_by or 'someone')}, {_when(p.edited_at)}</small>"
+        if getattr(p, "edited_at", None) else ""
+    )  # fmt: skip
+    reviewed = (
+        f'<br><small class="muted">{escape(p.reviewer.username)}, {_when(p.reviewed_at)}</small>'
+        if p.reviewer_id and p.status != Proposal.Status.PENDING else ""
+    )  # fmt: skip
+    actions = (
+        f"<td>{_actions(p, str(context.get('csrf_token', '')))}</td>"
+        if context.get("can_review") else ""
+    )  # fmt: skip
+    status = escape(p.status)
+    return mark_safe(
+        f'<tr id="proposal-{p.uuid}" class="proposal" tabindex="-1" data-status="{status}">'
+        f"<td><code>{escape(p.file_path)}</code><br>"
+        f'<a href="{uuid_url("selection:proposal_detail", p.uuid)}">{test}</a></td>'
+        f"<td>{escape(MODES.get(p.mode, p.mode))}{edits(p.edits)}{edited}</td>"
+        f'<td class="reason">{escape(p.reason)}</td><td>{evidence(p.evidence)}</td>'
+        f"<td>{escape(STAGES.get(p.stage, p.stage))}</td>"
+        f'<td class="status-{status}">{escape(STATUSES.get(p.status, p.status))}{reviewed}</td>'
+        f"{actions}</tr>"
+    )
+
+
+def _widget(field: BoundField) -> SafeString:
+    """A text input's or a select's HTML as Django's widget templates write it, without
+    them: the queue's ten filters through the template engine cost half a trivial page."""
+    widget = field.field.widget
+    attrs = {**widget.attrs, **field.build_widget_attrs({}, widget)}
+    if field.auto_id:
+        attrs.setdefault("id", field.auto_id)
+    if type(widget) is forms.Select:
+        chosen = widget.format_value(field.value())
+        options = format_html_join(
+            "", '\n  <option value="{}"{}>{}</option>\n',
+            ((value, " selected" if str(value) in chosen else "", label)
+             for value, label in widget.choices),
+        )  # fmt: skip
+        return format_html(
+            '<select name="{}"{}>{}\n</select>', field.html_name, _attrs(attrs), options
+        )
+    if type(widget) is forms.TextInput:
+        value = widget.format_value(field.value())
+        shown = format_html(' value="{}"', value) if value is not None else ""
+        return format_html(
+            '<input type="text" name="{}"{}{}>', field.html_name, shown, _attrs(attrs)
+        )
+    return field.as_widget()
+
+
+def _attrs(attrs: dict[str, Any]) -> SafeString:
+    """Attributes in their order, as django/forms/widgets/attrs.html writes them."""
+    return format_html_join(
+        "", "{}", (
+            (format_html(' {}="{}"', name, value) if value is not True else f" {name}",)
+            for name, value in attrs.items()
+            if value is not False
+        ),
+    )  # fmt: skip
+
+
+@register.simple_tag
+def filter_fields(fields: list[BoundField]) -> SafeString:
+    """`<label>{{ field.label }} {{ field }}</label>` for each of `fields`."""
+    return format_html_join(
+        "", "<label>{} {}</label>", ((field.label, _widget(field)) for field in fields)
+    )

@@ -25,6 +25,11 @@ def run_all_module():
 
 SCALE = ["--proposals", "60", "--commits", "4", "--jobs", "3", "--results", "300",
          "--entries", "30", "--count", "2"]  # fmt: skip
+# Two tests of the bundled tree with no device variants: one pytest process a side.
+SHARD_IDS = (
+    "test/test_plain_reuse.py::TestPlainMath::test_sum\n"
+    "test/test_plain_reuse.py::TestPlainStrings::test_sum\n"
+)
 
 
 @pytest.mark.parametrize(
@@ -32,6 +37,10 @@ SCALE = ["--proposals", "60", "--commits", "4", "--jobs", "3", "--results", "300
     [
         ("pages", ["--proposals", "60", "--count", "3"], ["queue p50 / trivial page p50"]),
         ("intake", ["--count", "3"], ["intake p50 / trivial p50"]),
+        ("shard_cost", ["--copies", "1", "--rounds", "1", "--ids", "{ids}"],
+         ["shard wall time crcr / plain pytest"]),
+        ("bundles_scale", ["--results", "300", "--shards", "3", "--rounds", "1"],
+         ["bundle build / tar czf"]),
         ("pages_at_scale", SCALE, [
             "review queue, 60 proposals p50 / trivial page p50",
             "HUD, 4 commits x 3 jobs p50 / trivial page p50",
@@ -40,7 +49,11 @@ SCALE = ["--proposals", "60", "--commits", "4", "--jobs", "3", "--results", "300
         ]),
     ],
 )  # fmt: skip
-def test_a_bench_runs_on_a_fresh_database_and_prints_its_figure(script, arguments, labels):
+def test_a_bench_runs_on_a_fresh_database_and_prints_its_figure(
+    script, arguments, labels, tmp_path
+):
+    (tmp_path / "ids.txt").write_text(SHARD_IDS)
+    arguments = [argument.replace("{ids}", str(tmp_path / "ids.txt")) for argument in arguments]
     env = {key: value for key, value in os.environ.items() if key != "DATABASE_URL"}
     env["CELERY_BROKER_URL"] = "redis://127.0.0.1:6379/12"  # nothing consumes it: gates queue
     done = subprocess.run(
@@ -51,3 +64,36 @@ def test_a_bench_runs_on_a_fresh_database_and_prints_its_figure(script, argument
     found = run_all_module().figures(script, done.stdout)
     assert [figure.label for figure in found] == labels
     assert all(figure.value > 0 for figure in found)
+
+
+def test_the_big_tree_benches_run_at_a_tiny_size_and_print_their_figures(tmp_path):
+    """bigtree builds (and caches) a tree of 3 files; selection_scale and first_test then
+    take it from the cache and run side by side (each starts several torch processes)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "CELERY_BROKER_URL")}
+    env["CRCR_BENCH_CACHE"] = str(tmp_path / "cache")
+    size = ["--files", "3", "--per-file", "10"]
+
+    def start(script: str) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [sys.executable, str(ROOT / "bench" / f"{script}.py"), *size],
+            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )  # fmt: skip
+
+    labels = {
+        "bigtree": ["generated variants"],
+        "selection_scale": ["stages 1-3 / plain collection, CPU per test",
+                            "peak RSS of the pipeline's processes, MiB"],
+        "first_test": ["first test / plain collection, CPU"],
+    }  # fmt: skip
+    first = start("bigtree")
+    done = {"bigtree": (first.communicate(timeout=300)[0], first.returncode)}
+    assert "built in" in done["bigtree"][0], done["bigtree"][0]
+    pair = {script: start(script) for script in ("selection_scale", "first_test")}
+    for script, process in pair.items():
+        done[script] = (process.communicate(timeout=600)[0], process.returncode)
+        assert "from the cache" in done[script][0], done[script][0]
+    for script, (output, status) in done.items():
+        assert status in (0, 1), output  # 1: a target missed at this size
+        found = run_all_module().figures(script, output)
+        assert [figure.label for figure in found] == labels[script], output
+        assert all(figure.value > 0 for figure in found)

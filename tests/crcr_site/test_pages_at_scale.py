@@ -1,6 +1,7 @@
 """Pages at scale (issue 22): the review queue, a run page and a config page cost the same
-number of queries with a little data as with much more, made in bulk. (The HUD's own test
-is in tests/runs/test_hud.py.) `bench/pages_at_scale.py` times them at ten times that."""
+number of queries with a little data as with much more, made in bulk, and still say what
+is there. (The HUD's own test is in tests/runs/test_hud.py.) `bench/pages_at_scale.py`
+times them at ten times that."""
 
 import re
 
@@ -9,6 +10,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
+from crcr_site.lib.ranking import first_of_each
 from runs import results
 from runs.models import Failure, Run, Shard, TestResult, Trigger
 from runs.models.runs import FAILURES_SHOWN
@@ -49,16 +51,40 @@ def test_the_review_queue_costs_the_same_queries_with_2000_proposals_as_with_40(
     backend = make_backend("acme")
     make_config(backend)
     client.force_login(make_user("rita", "reviewer"))
+    queue = reverse("selection:proposal_list")
     urls = [
-        reverse("selection:proposal_list"),
-        reverse("selection:proposal_list") + "?backend=acme&status=pending&op=lgamma&page=2",
+        queue,
+        queue + "?backend=acme&status=pending&op=lgamma&page=2",
+        queue + "?backend=acme&file=FILE_3.py&status=pending&op=lgamma&sort=newest&page=2",
     ]
     proposals(backend, 0, 60)
     few = [queries(client, url)[0] for url in urls]
     proposals(backend, 60, 2_000)
     many = [queries(client, url) for url in urls]
     assert [count for count, _ in many] == few
-    assert "page 2 of" in many[1][1]
+    # 1,648 pending proposals name lgamma: counted up to 1,000, and said so.
+    assert "1000+ proposals match; page 2 of 40+" in many[1][1]
+    assert "Approve all 1000+ matching" in many[1][1]
+    # The file filter (a part of a path, in any case) matches test_file_3.py alone, newest
+    # first: its 103 proposals, counted exactly.
+    newest = re.findall(r'<a href="/review/[^"]+/">TestC\d::(test_\d+)</a>', many[2][1])
+    numbers = [int(name.removeprefix("test_")) for name in newest]
+    assert "103 proposals match; page 2 of 5" in many[2][1]
+    assert numbers == sorted(numbers, reverse=True) and all(n % 20 == 3 for n in numbers)
+    assert len(numbers) == 25 and numbers[0] == 2043 - 20 * 25
+
+
+def test_a_page_past_the_counted_rows_is_read_and_a_page_past_the_end_is_the_last(client):
+    backend = make_backend("acme")
+    client.force_login(make_user("vera"))
+    proposals(backend, 0, 1_100)
+    url = reverse("selection:proposal_list") + "?backend=acme&sort=newest&page="
+    _, body = queries(client, url + "41")  # past the first 1,000: counted past its end
+    assert "1025+ proposals match; page 41 of 41+" in body
+    assert 'id="proposal-' in body and "TestC" in body
+    _, body = queries(client, url + "45")  # past the end: the last page, counted exactly
+    assert "1100 proposals match; page 44 of 44" in body
+    assert body.count('class="proposal"') == 25
 
 
 def grow_run(run, first: int, tests: int, shards: int) -> None:
@@ -121,12 +147,15 @@ def test_a_run_page_costs_the_same_queries_with_5000_results_and_lists_a_summary
     assert "<td>250</td>" in body  # a shard's test count, read without its list of ids
     # Finished, the run stores its counts (as `finish_if_done` does): the page reads them.
     big_run.summarise()
-    big_run.save(update_fields=["test_summary"])
+    big_run.save(update_fields=["test_summary", "failure_summary"])
     TestResult.objects.filter(run=big_run).update(outcome="skipped")  # a count would differ
-    # Two queries fewer: no count of results, neither for the page nor for its trend.
+    Failure.objects.filter(run=big_run, category="crash").update(category="other")  # and here
+    # Four queries fewer: no count of results (for the page, for its trend), nor of
+    # failures, nor a look for unexpected passes (it stored none).
     assert big_run.test_counts()["total"] == 5_100
     stored, body = queries(client, url)
-    assert stored == count - 2 and f"{failed} failed, 0 skipped of 5100" in " ".join(body.split())
+    assert stored == count - 4 and f"{failed} failed, 0 skipped of 5100" in " ".join(body.split())
+    assert f"crash · regression ({shown})" in body
 
 
 def config_text(entries: int) -> str:
@@ -178,3 +207,45 @@ def test_a_finished_run_stores_its_counts_for_the_pages(big_run):
     # Tests 0, 10, … 90 fail (failed or crashed); 5 and 55 failed once, then passed.
     assert big_run.test_summary == {"passed": 90, "failed": 5, "crashed": 5}
     assert big_run.test_counts() == {"passed": 90, "failed": 10, "skipped": 0, "total": 100}
+    # And its failures per category and verdict (5 and 55: flaky, passed on their retry).
+    groups = Failure.objects.filter(run=big_run).values_list("category", "verdict")
+    expected = sorted({group: list(groups).count(group) for group in groups}.items())
+    assert big_run.failure_summary == [[c, v, n] for (c, v), n in expected]
+    assert [v for _, v, _ in big_run.failure_summary].count("flaky") >= 1
+
+
+def test_a_finished_runs_shards_and_failures_are_read_once_and_shown_the_same(client, big_run):
+    client.force_login(make_user("vera"))
+    Run.objects.filter(pk=big_run.pk).update(status="running")
+    grow_run(big_run, 0, 100, 2)
+    assert results.finish_if_done(big_run.pk) is not None
+    url = reverse("runs:run_detail", args=[big_run.uuid])
+    first, body = queries(client, url)
+    # Finished, its shards and failures never change: the next views read neither.
+    again, same = queries(client, url)
+    assert again <= first - 2  # no shards, no failures (nor their ids, on SQLite)
+    progress = body[body.index('<section id="progress"') :]
+    assert same[same.index('<section id="progress"') :] == progress
+    assert "<td>50</td>" in progress and "crash · regression (" in progress
+    assert queries(client, url, **HTMX)[1].strip() == progress.split("</section>")[0] + "</section>"
+
+
+@pytest.mark.parametrize("in_union", [True, False])
+def test_the_first_failures_of_each_group_are_the_same_however_they_are_ranked(
+    big_run, monkeypatch, in_union
+):
+    """PostgreSQL limits each group in a UNION; SQLite cannot, and ranks them in a window."""
+    if in_union and not connection.features.supports_slicing_ordering_in_compound:
+        pytest.skip("this database cannot limit each part of a UNION")
+    grow_run(big_run, 0, 500, 5)
+    monkeypatch.setattr(connection.features, "supports_slicing_ordering_in_compound", in_union)
+    keys = [{"category": c, "verdict": "regression"} for c in CATEGORIES]
+    found = first_of_each(big_run.failures.all(), keys, 4)
+    expected = [
+        pk
+        for c in CATEGORIES
+        for pk in big_run.failures.filter(category=c)
+        .order_by("pk")
+        .values_list("pk", flat=True)[:4]
+    ]
+    assert sorted(found) == sorted(expected) and len(found) == 12

@@ -316,3 +316,24 @@ def test_the_page_costs_the_same_queries_however_many_commits_and_runs_are_store
     assert Run.objects.count() > 1_000
     many = {query: queries(client, query) for query in ("", "?failures=on&job=config")}
     assert many == few
+
+
+def test_finished_runs_are_read_from_what_they_stored_with_fewer_queries(client):
+    backend = acme()
+    client.force_login(make_user("vera"))
+    bulk(backend, jobs=3, commits=3)
+    counted = queries(client)
+    # As `finish_if_done` stores them: tests per outcome, failures per category and verdict.
+    Run.objects.update(
+        test_summary={"passed": 7, "failed": 2}, failure_summary=[["crash", "regression", 40]]
+    )
+    few = queries(client)
+    bulk(backend, jobs=20, commits=60)
+    Run.objects.filter(test_summary__isnull=True).update(
+        test_summary={"passed": 7, "failed": 2}, failure_summary=[["crash", "regression", 40]]
+    )
+    html = hud(client)
+    assert queries(client) == few < counted  # no count of results, nor of regressions
+    red = html[html.index("<h2>Red now</h2>") :]
+    assert "and 40 regression(s) in all" in red
+    assert "7 passed, 2 failed, 0 skipped" in cells(html)[0]["title"]

@@ -119,6 +119,34 @@ def test_a_rescan_reuses_unchanged_files_and_the_diff_names_what_changed(tmp_pat
 
 
 @pytest.mark.django_db
+def test_a_renamed_copy_has_the_facts_of_its_original_and_a_summary_naming_itself(tmp_path):
+    plain = "from torch.testing._internal.common_utils import TestCase\n\n\nclass TestQuiet(TestCase):\n    def test_one(self):\n        pass\n"
+    tree = write_tree(
+        tmp_path,
+        {"test/test_slice.py": OPS_FILE, "test/nn/test_slice_copy.py": OPS_FILE,
+         "test/test_quiet.py": plain, "test/test_hush.py": plain},
+    )  # fmt: skip
+    snapshot = inventory.scan(tree, "e" * 40, embed=False)
+    tests = {
+        (t.file.path, t.test_name): t
+        for t in UpstreamTest.objects.filter(file__snapshot=snapshot).select_related("file")
+    }
+    for name in ("test_matches_cpu", "test_streams", "test_plain"):
+        original, copy = (
+            tests[("test/test_slice.py", name)],
+            tests[("test/nn/test_slice_copy.py", name)],
+        )
+        assert (copy.content_hash, copy.ops, copy.dtypes) == (
+            original.content_hash, original.ops, original.dtypes,
+        )  # fmt: skip
+    summaries = dict(snapshot.files.values_list("path", "summary"))
+    assert summaries["test/nn/test_slice_copy.py"] == summaries["test/test_slice.py"]
+    # Without a header comment or docstring, a file is described by its own name.
+    assert summaries["test/test_quiet.py"].startswith("quiet")
+    assert summaries["test/test_hush.py"].startswith("hush")
+
+
+@pytest.mark.django_db
 def test_embeddings_answer_which_file_matches_a_phrase(tmp_path):
     tree = write_tree(
         tmp_path, {"test/test_slice.py": OPS_FILE, "test/distributed/test_c10d.py": DIST_FILE}

@@ -52,15 +52,20 @@ instantiate_device_type_tests(TestIndexed, globals())
 }
 
 
-def write_tree(root: Path) -> Path:
-    for relative, text in TREE.items():
+# A renamed copy: the capture runs the file once and gives the copy the same rows.
+TREE["test/test_indexed_copy.py"] = TREE["test/test_indexed.py"]
+
+
+def write_tree(root: Path, files: dict[str, str] = TREE) -> Path:
+    for relative, text in files.items():
         (root / relative).parent.mkdir(parents=True, exist_ok=True)
         (root / relative).write_text(text)
     return root
 
 
-def ops_of(test: str) -> dict[tuple[str, str], bool]:
-    rows = OpUsage.objects.filter(test_name=test).values_list("opinfo", "op", "is_helper")
+def ops_of(test: str, path: str = "test/test_indexed.py") -> dict[tuple[str, str], bool]:
+    rows = OpUsage.objects.filter(file_path=path, test_name=test)
+    rows = rows.values_list("opinfo", "op", "is_helper")
     return {(opinfo, op): helper for opinfo, op, helper in rows}
 
 
@@ -69,8 +74,13 @@ def test_the_capture_indexes_ops_under_test_apart_from_helpers_and_enabling_an_o
     tmp_path,
 ):
     tree = write_tree(tmp_path)
-    result = opindex.capture(tree, ["test/test_indexed.py"])
-    assert result.processes == 1 and result.tests == 4
+    result = opindex.capture(tree, ["test/test_indexed.py", "test/test_indexed_copy.py"])
+    assert result.processes == 1 and result.tests == 8 and result.reused_files == 1
+    copy = "test/test_indexed_copy.py"
+    for test in ("test_op", "test_lgamma", "test_add", "test_compiled"):
+        assert ops_of(test, copy) == ops_of(test) != {}
+    variants = CapturedTest.objects.filter(test_name="test_op").values_list("variants", flat=True)
+    assert list(variants) == [2, 2]
 
     # An OpInfo test tests its declared op; make_tensor's ops are helpers; assertEqual is not seen.
     op_test = ops_of("test_op")
@@ -80,13 +90,18 @@ def test_the_capture_indexes_ops_under_test_apart_from_helpers_and_enabling_an_o
     assert not any(op.startswith(("eq.", "isnan.")) for _, op in op_test)
     assert ops_of("test_add")[("", "add.Tensor")] is False
     # A compiled test's ops come from the graphs torch logs, not from the dispatch mode.
-    compiled = CapturedTest.objects.get(test_name="test_compiled")
+    compiled = CapturedTest.objects.get(file_path="test/test_indexed.py", test_name="test_compiled")
     assert compiled.compiled
     assert {op for _, op in ops_of("test_compiled")} >= {"sin.default", "mul.Tensor"}
-    assert set(CapturedTest.objects.get(test_name="test_op").opinfos) == {"abs", "lgamma"}
+    assert set(CapturedTest.objects.get(file_path=copy, test_name="test_op").opinfos) == {
+        "abs",
+        "lgamma",
+    }
     assert sorted(opindex.tests_using("lgamma")) == [
         ("test/test_indexed.py", "TestIndexed", "test_lgamma"),
         ("test/test_indexed.py", "TestIndexed", "test_op"),
+        (copy, "TestIndexed", "test_lgamma"),
+        (copy, "TestIndexed", "test_op"),
     ]
 
     # Storing the same capture again updates the index instead of adding to it.
@@ -100,7 +115,7 @@ def test_the_capture_indexes_ops_under_test_apart_from_helpers_and_enabling_an_o
     opindex.store([line])
     assert OpUsage.objects.count() == rows
     assert ops_of("test_add") == recorded
-    assert CapturedTest.objects.filter(test_name="test_add").count() == 1
+    assert CapturedTest.objects.filter(test_name="test_add").count() == 2  # one per file
 
     backend = make_backend("reference")
     make_config(backend, "test_suite_config:\n  files: []\n")
@@ -109,11 +124,42 @@ def test_the_capture_indexes_ops_under_test_apart_from_helpers_and_enabling_an_o
     assert sorted(run.summary["waiting"]) == [
         "test/test_indexed.py::TestIndexed::test_lgamma",
         "test/test_indexed.py::TestIndexed::test_op",
+        "test/test_indexed_copy.py::TestIndexed::test_lgamma",
+        "test/test_indexed_copy.py::TestIndexed::test_op",
     ]
     proposed = Proposal.objects.filter(backend=backend)
-    assert sorted(p.test_name for p in proposed) == ["test_lgamma", "test_op"]
+    assert sorted(p.test_name for p in proposed) == ["test_lgamma"] * 2 + ["test_op"] * 2
     assert all(p.mode == "mandatory_success" and p.stage == "enable_op" for p in proposed)
     assert "aten::lgamma" in proposed[0].reason
+
+
+def test_files_with_the_same_text_under_the_same_conftest_files_are_captured_once(tmp_path):
+    tree = write_tree(
+        tmp_path,
+        {"test/test_a.py": "x = 1\n", "test/test_b.py": "x = 1\n", "test/test_c.py": "x = 2\n",
+         "test/nn/test_d.py": "x = 1\n", "test/nn/test_e.py": "x = 1\n",
+         "test/dist/test_f.py": "x = 1\n", "test/dist/conftest.py": "import os\n"},
+    )  # fmt: skip
+    files = ["test/test_a.py", "test/test_b.py", "test/test_c.py", "test/nn/test_d.py",
+             "test/nn/test_e.py", "test/dist/test_f.py"]  # fmt: skip
+    assert opindex.same_text(tree, files) == {
+        "test/test_a.py": ["test/test_b.py", "test/nn/test_d.py", "test/nn/test_e.py"],
+        "test/test_c.py": [],
+        "test/dist/test_f.py": [],  # its folder's conftest.py may change what it runs
+    }
+
+
+@pytest.mark.django_db
+def test_storing_the_capture_of_thousands_of_tests_named_one_by_one_replaces_their_rows():
+    # An upgrade's diff names its tests one by one; SQLite refused one chained OR of them.
+    lines = [
+        {"file": f"test/test_{n % 7}.py", "class": "TestMany", "test": f"test_{n}",
+         "ops": ["add.Tensor"], "helper_ops": ["empty.memory_format"]}
+        for n in range(1500)
+    ]  # fmt: skip
+    assert opindex.store(lines) == 3000
+    assert opindex.store(lines) == 3000
+    assert CapturedTest.objects.count() == 1500 and OpUsage.objects.count() == 3000
 
 
 def test_graph_ops_reads_the_operators_of_a_logged_graph():

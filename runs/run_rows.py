@@ -1,0 +1,91 @@
+"""The run page's shard table and failure groups: their rows as HTML, joined in Python as
+the config page's lines are (through the template, the 50 shards and 40 failures of a run
+of 100,000 results were most of its page's time, bench/pages_at_scale.py), and kept in
+the cache once the run finished. Every text is escaped here (`html.escape`, as Django's
+`escape` does)."""
+
+from collections.abc import Iterable
+from html import escape
+from typing import Any
+
+from django.core.cache import cache
+from django.template.defaultfilters import floatformat
+from django.utils.safestring import SafeString, mark_safe
+from django.utils.text import Truncator
+
+from runs import charts
+from runs.models import Failure, Run, Shard
+
+SHARD_STATUSES = dict(Shard.Status.choices)
+KEPT = 24 * 3600  # seconds a finished run's parts stay in the cache
+
+
+def progress(run: Run) -> dict[str, Any]:
+    """The run's shard count, shard rows and their chart, and its failure groups (each its
+    category, verdict, size, how many are listed and the list).
+
+    Once the run finished and stored its summaries (`runs.results.finish_if_done`) they
+    never change: its shards are done, its failures classified. The parts are then kept
+    in the cache (keyed by the run and when it finished), as the config page keeps a
+    version's diff: a view reads the run and no shard, failure or result.
+    """
+    ended = run.finished_at if run.is_finished and run.failure_summary is not None else None
+    key = f"run-progress:{run.pk}:{ended.timestamp()}" if ended else ""
+    if key and (kept := cache.get(key)) is not None:
+        return dict(kept)
+    shards = list(run.shards.listed())  # without each shard's list of test ids
+    parts = {
+        "shard_count": len(shards),
+        "shard_rows": shard_rows(shards),
+        "chart": charts.shard_durations([shard.chart_bar() for shard in shards]),
+        "failure_groups": [
+            {
+                "category": group["category"], "verdict": group["verdict"],
+                "count": group["count"], "more": group["more"],
+                "shown": len(group["failures"]), "listed": failure_items(group["failures"]),
+            }
+            for group in run.failure_groups()
+        ],
+    }  # fmt: skip
+    if key:
+        cache.set(key, parts, timeout=KEPT)
+    return parts
+
+
+def shard_rows(shards: Iterable[Shard]) -> SafeString:
+    """A row a shard: index, tests, estimated and actual seconds, status (with its progress
+    while running, its error), attempts and worker. Shards come from `Shard.objects.listed()`
+    (`test_count` without the list of ids)."""
+    return mark_safe("".join(_shard(shard) for shard in shards))  # escaped in _shard
+
+
+def _shard(shard: Any) -> str:
+    actual = shard.actual_seconds
+    status = escape(SHARD_STATUSES.get(shard.status, shard.status))
+    if shard.status == Shard.Status.RUNNING:
+        status += (
+            f" · {shard.tests_done} of {shard.test_count} tests"
+            f'<progress value="{shard.tests_done}" max="{shard.test_count}"></progress>'
+        )
+    if shard.error:
+        status += f": {escape(Truncator(shard.error).chars(200))}"
+    return (
+        f"<tr><td>{shard.index}</td><td>{shard.test_count}</td>"
+        f"<td>{floatformat(shard.estimated_seconds, 0)} s</td>"
+        f"<td>{f'{floatformat(actual, 0)} s' if actual is not None else '—'}</td>"
+        f"<td>{status}</td><td>{shard.attempts}</td><td>{escape(shard.worker)}</td></tr>"
+    )
+
+
+def failure_items(failures: Iterable[Failure]) -> SafeString:
+    """A list item a failure: its test, its operator, its first line and its verdict's reason."""
+    return mark_safe("".join(_failure(failure) for failure in failures))  # escaped in _failure
+
+
+def _failure(failure: Failure) -> str:
+    op = f" · op <code>{escape(failure.op_name)}</code>" if failure.op_name else ""
+    return (
+        f"<li><code>{escape(failure.result.node_id)}</code>{op}<br>"
+        f'<span class="muted">{escape(Truncator(failure.first_line).chars(300))}</span><br>'
+        f"<small>{escape(failure.verdict_reason)}</small></li>"
+    )
