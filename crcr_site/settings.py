@@ -121,6 +121,19 @@ DATABASES = {
 }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
+# What the HUD keeps of settled commits and finished runs (`runs.hud_grid`, `runs.hud`):
+# each entry is checked against the database before it is used, so a cache of its own per
+# process is correct; CACHE_URL (Redis) shares one between the web's processes.
+CACHE_URL = env_url("CACHE_URL", None, ("redis", "rediss"))
+CACHES = {
+    "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": CACHE_URL}
+    if CACHE_URL
+    else {
+        "BACKEND": "django.core.cache.backends.locmem.LocMemCache",
+        "OPTIONS": {"MAX_ENTRIES": 5000},
+    }
+}
+
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
 ]

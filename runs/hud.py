@@ -1,14 +1,21 @@
 """The HUD's summaries: each job's trend of tests passing, and the jobs that are red now
-with what their failure is put down to. (The grid itself is `runs.hud_grid`.)"""
+with what their failure is put down to. (The grid itself is `runs.hud_grid`.)
+
+Both read finished runs alone, and a finished run changes no more (its status, tests and
+failures were stored when it finished), so the two, as HTML, are kept in Django's cache
+while no run is added, finishes or is deleted (`section`).
+"""
 
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
+from django.core.cache import cache
 from django.db.models import Case, Count, F, QuerySet, TextField, Value, When, Window
 from django.db.models.functions import RowNumber
-from django.utils.safestring import SafeString
+from django.template.loader import render_to_string
+from django.utils.safestring import SafeString, mark_safe
 
 from crcr_site.lib.ranking import first_of_each
 from runs import charts
@@ -19,6 +26,27 @@ from runs.models.runs import attribution
 TREND_RUNS = 20  # runs per job in a trend of tests passing
 RED_TESTS_SHOWN = 5
 KINDS = dict(Trigger.Kind.choices)
+SECTION_FORMAT = 1  # bumped when the section's HTML changes
+SECTION_KEPT_SECONDS = 24 * 3600
+
+
+def section(job: str, state: str) -> SafeString:
+    """The HUD's "Red now" and "Tests passing per job" for the jobs whose names contain
+    `job`, from the cache while the runs' `state` (`runs.hud_grid.state`) is the same."""
+    key = f"hud-section:{SECTION_FORMAT}:{state}"
+    html = cache.get(key)
+    if html is None:
+        finished = newest_finished(job)
+        html = render_to_string(
+            "runs/hud_section.html", {"trends": trends(finished), "red": red_now(finished)}
+        )
+        cache.set(key, html, SECTION_KEPT_SECONDS)
+    return mark_safe(html)  # rendered by the template, which escapes
+
+
+def _finished_runs(job: str) -> QuerySet[Run]:
+    runs = Run.objects.filter(status__in=Run.FINISHED)
+    return runs.filter(job_name__icontains=job) if job else runs
 
 
 @dataclass(slots=True)
@@ -76,9 +104,7 @@ def newest_finished(job: str = "", per_job: int = TREND_RUNS) -> list[Finished]:
        joined, the 20,000 runs of bench/pages_at_scale.py took 100 ms);
     2. those runs, with their trigger's kind and its PR, by id.
     """
-    runs = Run.objects.filter(status__in=Run.FINISHED)
-    if job:
-        runs = runs.filter(job_name__icontains=job)
+    runs = _finished_runs(job)
     newest = [F("created_at").desc(), F("pk").desc()]
     ranked = runs.annotate(
         rank=Window(RowNumber(), partition_by=F("job_name"), order_by=newest)

@@ -4,26 +4,38 @@ columns grouped by backend; one coloured letter a cell.
 Every run of a job at a commit is an attempt of that job's cell (a "re-run failed jobs"
 attempt, a manual trigger at the same SHA, a bundle's re-run): the cell shows the newest.
 A page costs the same few queries whatever is stored:
-1. the page's commits (the SHAs of the runs that match the filters, by first run, newest
-   first), one more than a page to know whether another follows;
-2. their runs (each with whether it was flaky), their triggers' facts (read from the
-   dispatch payload in the database), and the test counts of the runs that did not store
-   theirs when they finished.
+1. the runs' state (`state`), from indexes: it changes when a run is added, finishes or
+   is deleted;
+2. the page's commits (the SHAs of the runs that match the filters, by first run, newest
+   first, one more than a page to know whether another follows) and what each commit's
+   runs are (`_settled_keys`), both kept in Django's cache while the state is the same;
+3. a commit whose runs have all finished is settled, and nothing of its row changes
+   until a run is added to it: its cells, as HTML, and its facts are kept in the cache
+   under what its runs are. For the others, their runs (each with whether it was flaky),
+   the test counts of those that did not store theirs when they finished, and their
+   triggers' facts (read from the dispatch payload in the database).
+A finished run changes no more: its status, tests and failures are stored when it
+finishes (`runs.results.finish_if_done`), in one transaction.
 """
 
-import re
+import hashlib
+import time
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import timedelta
+from html import escape
 from statistics import median
-from typing import Any
+from typing import Any, NamedTuple
 from uuid import UUID
 
+from django.core.cache import cache
 from django.db.models import (
     Case,
+    Count,
     DurationField,
     Exists,
     ExpressionWrapper,
     F,
+    Max,
     OuterRef,
     Q,
     QuerySet,
@@ -31,18 +43,20 @@ from django.db.models import (
     Value,
     When,
 )
-from django.db.models.fields.json import KeyTextTransform, KeyTransform
 from django.db.models.functions import Concat, Replace
-from django.utils.dateparse import parse_datetime
+from django.urls import reverse
 
 from runs.combinations import RERUN_SUFFIX
-from runs.models import Failure, Run, TestResult, Trigger
+from runs.hud_commits import CACHED_FACTS, Commit, add_facts
+from runs.models import Failure, Run, TestResult
 from runs.models.results import final_counts, summary
 from runs.models.runs import attribution
 
 PER_PAGE = 50
-DEFAULT_REPOSITORY = "pytorch/pytorch"
-REPOSITORY_RE = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
+# A settled commit's cells in the cache: their format (bumped when the HTML changes), and
+# how long they stay when no page asks for them.
+CELLS_FORMAT = 1
+CELLS_KEPT_SECONDS = 24 * 3600
 
 # The HUD job of a run: a bundle's re-run counts as an attempt of its job.
 HUD_JOB = Replace(F("job_name"), Value(RERUN_SUFFIX), Value(""))
@@ -172,39 +186,12 @@ class Job:
 
 
 @dataclass
-class Commit:
-    """A row: an upstream commit, what crcr knows of it, and its cells in column order."""
-
-    sha: str
-    repository: str = DEFAULT_REPOSITORY
-    pr_number: int | None = None
-    title: str = ""
-    author: str = ""
-    when: datetime | None = None
-    when_label: str = ""
-    kinds: list[str] = field(default_factory=list)
-    cells: dict[str, Cell] = field(default_factory=dict)
-    row: list[Cell | None] = field(default_factory=list)
-
-    @property
-    def commit_url(self) -> str:
-        return f"https://github.com/{self.repository}/commit/{self.sha}"
-
-    @property
-    def pr_url(self) -> str:
-        return f"https://github.com/{self.repository}/pull/{self.pr_number}"
-
-    @property
-    def red(self) -> bool:
-        return any(cell.tone == "red" for cell in self.cells.values())
-
-
-@dataclass
 class Grid:
     commits: list[Commit]
     jobs: list[Job]
     page: int
     has_next: bool
+    state: str  # of the runs it was read in (`state`)
 
     @property
     def groups(self) -> list[tuple[str, int]]:
@@ -245,24 +232,104 @@ def red_cells(runs: QuerySet[Run]) -> QuerySet[Run]:
 def build(job: str = "", failures_only: bool = False, page: int = 1) -> Grid:
     """The page's commits, newest first, and their cells, under the filters."""
     runs = matching_runs(job)
-    start = (page - 1) * PER_PAGE
-    shas = [
-        row["pytorch_sha"] for row in _commits(runs, failures_only)[start : start + PER_PAGE + 1]
-    ]
+    now = state(job)
+    listed = f"hud-page:{CELLS_FORMAT}:{now}:{failures_only}:{page}"
+    if (found := cache.get(listed)) is None:
+        start = (page - 1) * PER_PAGE
+        chosen = _commits(runs, failures_only)[start : start + PER_PAGE + 1]
+        shas = [row["pytorch_sha"] for row in chosen]
+        found = (shas, _settled_keys(runs, shas[:PER_PAGE], job))
+        cache.set(listed, found, CELLS_KEPT_SECONDS)
+    shas, keys = found
     rows = {sha: Commit(sha) for sha in shas[:PER_PAGE]}
+    kept = cache.get_many(list(keys.values())) if keys else {}
+    made = {}
+    for sha, commit in rows.items():
+        if (entry := kept.get(keys.get(sha, ""))) is not None:
+            commit.cells, facts = entry
+            for name, value in zip(CACHED_FACTS, facts, strict=True):
+                setattr(commit, name, value)
+        else:
+            made[sha] = commit
+    for sha, cells in _cells(runs, list(made)).items():
+        made[sha].cells = cells
+    add_facts(made)
+    settled = {
+        keys[sha]: (commit.cells, tuple(getattr(commit, name) for name in CACHED_FACTS))
+        for sha, commit in made.items()
+        if sha in keys
+    }
+    cache.set_many(settled, CELLS_KEPT_SECONDS)
     jobs: dict[str, Job] = {}
-    for run in _attempts(runs, list(rows)):
-        jobs.setdefault(run.cell_job, Job(run.cell_job, run.backend))
-        cells = rows[run.pytorch_sha].cells
-        cells.setdefault(run.cell_job, Cell([])).attempts.append(run)
-    _add_facts(rows)
-    _mark(rows.values())
+    for commit in rows.values():
+        for name, cell in commit.cells.items():
+            _measure(jobs.setdefault(name, Job(name, cell.backend)), cell)
     ordered = sorted(jobs.values(), key=lambda j: (j.backend, j.name != j.backend, j.name))
     for commit in rows.values():
         commit.row = [commit.cells.get(j.name) for j in ordered]
-        for name, cell in commit.cells.items():
-            _measure(jobs[name], cell)
-    return Grid(list(rows.values()), ordered, page, has_next=len(shas) > PER_PAGE)
+    return Grid(list(rows.values()), ordered, page, len(shas) > PER_PAGE, now)
+
+
+GENERATION = "hud-generation"
+
+
+def state(job: str = "") -> str:
+    """The state of the runs whose HUD job contains `job`, read from indexes: the runs not
+    finished (how many, the last), the last run, the last end, and the cache's generation,
+    bumped when a run is deleted (`forget_runs`). A run that finishes changes the first
+    and ends last; a run added is the last run. (A run made by a transaction that took its
+    id before another's and committed after it, and made finished, would be missed:
+    crcr makes a run queued and finishes it later.)"""
+    runs = matching_runs(job).order_by()
+    unfinished = runs.exclude(status__in=Run.FINISHED).aggregate(n=Count("pk"), last=Max("pk"))
+    every = runs.aggregate(last=Max("pk"), ended=Max("finished_at"))
+    chosen = hashlib.sha256(job.encode()).hexdigest()[:16]
+    facts = [cache.get(GENERATION, 0), chosen, *unfinished.values(), *every.values()]
+    return ":".join(str(fact).replace(" ", "T") for fact in facts)
+
+
+def forget_runs(**_: Any) -> None:
+    """A run was deleted: no page kept before is the HUD's any more."""
+    cache.set(GENERATION, time.time_ns(), None)
+
+
+def _settled_keys(runs: QuerySet[Run], shas: list[str], job: str) -> dict[str, str]:
+    """The cache key of each settled commit's cells (every run of it finished): what its
+    runs are (how many, the last id, the newest creation and end), which changes when a
+    run is added or removed, and the filter that chose them. A finished run changes no
+    more: its status, tests and failures were stored when it finished (`finish_if_done`)."""
+    found = (
+        runs.filter(pytorch_sha__in=shas)
+        .order_by()
+        .values("pytorch_sha")
+        .annotate(
+            n=Count("pk"), done=Count("pk", filter=Q(status__in=Run.FINISHED)), last=Max("pk"),
+            made=Max("created_at"), ended=Max("finished_at"),
+        )
+        .values_list("pytorch_sha", "n", "done", "last", "made", "ended")
+    )  # fmt: skip
+    chosen = hashlib.sha256(job.encode()).hexdigest()[:16]
+    return {
+        sha: f"hud-cells:{CELLS_FORMAT}:{chosen}:{sha}:{n}:{last}:{made}:{ended}".replace(" ", "T")
+        for sha, n, done, last, made, ended in found
+        if n == done
+    }
+
+
+def _cells(runs: QuerySet[Run], shas: list[str]) -> dict[str, dict[str, "Shown"]]:
+    """The cells of the commits `shas` as shown, by commit and HUD job."""
+    cells: dict[str, dict[str, Cell]] = {}
+    for run in _attempts(runs, shas):
+        cells.setdefault(run.pytorch_sha, {}).setdefault(run.cell_job, Cell([])).attempts.append(
+            run
+        )
+    _mark([cell for by_job in cells.values() for cell in by_job.values()])
+    # One reverse() for the page: a run's URL differs from another's by its UUID alone.
+    before, after = reverse("runs:run_detail", args=[_ANY_UUID]).split(_ANY_UUID)
+    return {
+        sha: {name: _show(cell, before, after) for name, cell in by_job.items()}
+        for sha, by_job in cells.items()
+    }
 
 
 def _commits(runs: QuerySet[Run], failures_only: bool) -> QuerySet[Any, Any]:
@@ -312,10 +379,9 @@ def _attempts(runs: QuerySet[Run], shas: list[str]) -> list[Attempt]:
     return [Attempt(*values) for values in found]
 
 
-def _mark(commits: Any) -> None:
+def _mark(cells: list[Cell]) -> None:
     """Each cell's letter and its newest attempt's test counts (stored once a run finished,
     else counted in one query for all)."""
-    cells = [cell for commit in commits for cell in commit.cells.values()]
     counts = counts_by_run([cell.run for cell in cells])
     for cell in cells:
         run = cell.run
@@ -347,81 +413,38 @@ def counts_by_run(runs: list[Attempt]) -> dict[int, dict[str, int]]:
     return found
 
 
-def _measure(job: Job, cell: Cell) -> None:
+_ANY_UUID = "00000000-0000-0000-0000-000000000000"
+
+
+class Shown(NamedTuple):
+    """A cell as the page shows it and its column's footer counts it: what the cache keeps
+    (a tuple: 1,000 of them a page, unpickled)."""
+
+    backend: str
+    html: str  # the <td>, a link to the newest attempt with its letter, hover text in its title
+    red: bool
+    finished: bool
+    passed: bool
+    queue: list[float]  # every attempt's seconds queued, and run
+    execution: list[float]
+
+
+def _show(cell: Cell, before: str, after: str) -> Shown:
     run = cell.run
-    if run.is_finished:
-        job.finished += 1
-        job.passed += run.status == Run.Status.PASSED
-    for attempt in cell.attempts:
-        if attempt.queued is not None:
-            job.queue.append(attempt.queued.total_seconds())
-        if attempt.ran is not None:
-            job.execution.append(attempt.ran.total_seconds())
-
-
-def _payload_text(*keys: str) -> KeyTextTransform:
-    """The text at `keys` in a trigger's dispatch payload (NULL when absent)."""
-    value: Any = "dispatch__payload"
-    for key in keys[:-1]:
-        value = KeyTransform(key, value)
-    return KeyTextTransform(keys[-1], value)
-
-
-# What a trigger's dispatch payload says of its commit, read by the database (the
-# payload itself, a whole GitHub event, stays there).
-FACTS = {
-    "repository": _payload_text("repository", "full_name"),
-    "pr_title": _payload_text("pull_request", "title"),
-    "pr_author": _payload_text("pull_request", "user", "login"),
-    "pr_merged_at": _payload_text("pull_request", "merged_at"),
-    "pr_updated_at": _payload_text("pull_request", "updated_at"),
-    "push_message": _payload_text("head_commit", "message"),
-    "push_author": _payload_text("head_commit", "author", "username"),
-    "push_author_name": _payload_text("head_commit", "author", "name"),
-    "push_time": _payload_text("head_commit", "timestamp"),
-}
-
-
-def _add_facts(rows: dict[str, Commit]) -> None:
-    """Fill each commit's PR, title, author and time from its triggers, dispatches first."""
-    triggers = (
-        Trigger.objects.filter(pytorch_sha__in=list(rows))
-        .order_by(F("dispatch_id").asc(nulls_last=True), "created_at")
-        .values(
-            "pytorch_sha", "kind", "ref", "created_at", "requested_by__username",
-            "dispatch__pr_number", "dispatch__event_type", **FACTS,
-        )
+    retried = " retried" if len(cell.attempts) > 1 else ""
+    html = (
+        f'<td class="cell cell-{cell.letter} tone-{cell.tone}{retried}"><a '
+        f'href="{before}{run.uuid}{after}" title="{escape(cell.title)}">{cell.letter}</a></td>'
+    )
+    return Shown(
+        run.backend, html, cell.tone == "red", run.is_finished, run.status == Run.Status.PASSED,
+        [a.queued.total_seconds() for a in cell.attempts if a.queued is not None],
+        [a.ran.total_seconds() for a in cell.attempts if a.ran is not None],
     )  # fmt: skip
-    for row in triggers:
-        facts: dict[str, Any] = dict(row)
-        commit = rows[facts["pytorch_sha"]]
-        repository = facts["repository"] or ""
-        if REPOSITORY_RE.match(repository) and commit.repository == DEFAULT_REPOSITORY:
-            commit.repository = repository
-        commit.pr_number = commit.pr_number or facts["dispatch__pr_number"]
-        message = (facts["push_message"] or "").strip().splitlines()
-        title = facts["pr_title"] or (message[0] if message else "")
-        commit.title = commit.title or title
-        author = facts["pr_author"] or facts["push_author"] or facts["push_author_name"]
-        commit.author = commit.author or author or facts["requested_by__username"] or ""
-        if commit.when is None:
-            commit.when, commit.when_label = _when(facts)
-        kind = facts["ref"] if facts["kind"] == Trigger.Kind.RELEASE else facts["kind"]
-        if facts["kind"] != Trigger.Kind.DISPATCH and kind and kind not in commit.kinds:
-            commit.kinds.append(kind)
 
 
-def _when(facts: dict[str, Any]) -> tuple[datetime | None, str]:
-    """The commit's time as the event tells it, else when crcr was asked to build it."""
-    for key, label in (
-        ("pr_merged_at", "PR merged"),
-        ("pr_updated_at", "PR updated"),
-        ("push_time", "committed"),
-    ):
-        try:
-            when = parse_datetime(facts[key] or "")
-        except ValueError:
-            when = None
-        if when is not None:
-            return when, label
-    return facts["created_at"], "crcr asked to build it"
+def _measure(job: Job, cell: Shown) -> None:
+    job.finished += cell.finished
+    job.passed += cell.finished and cell.passed
+    job.queue.extend(cell.queue)
+    job.execution.extend(cell.execution)

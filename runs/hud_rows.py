@@ -7,22 +7,18 @@ from datetime import datetime
 from html import escape
 
 from django.template.defaultfilters import floatformat
-from django.urls import reverse
 from django.utils import timezone
 from django.utils.dates import MONTHS_3
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.text import Truncator
 
-from runs.hud_grid import Cell, Commit, Grid
-
-_ANY_UUID = "00000000-0000-0000-0000-000000000000"
+from runs.hud_commits import Commit
+from runs.hud_grid import Grid
 
 
 def rows(commits: list[Commit]) -> SafeString:
     """The commits' rows of the grid's table."""
-    # One reverse() for the page: a run's URL differs from another's by its UUID alone.
-    run_url = tuple(reverse("runs:run_detail", args=[_ANY_UUID]).split(_ANY_UUID))
-    return mark_safe("".join(_row(commit, run_url) for commit in commits))  # escaped below
+    return mark_safe("".join(_row(commit) for commit in commits))  # escaped below
 
 
 def head(grid: Grid) -> SafeString:
@@ -66,7 +62,7 @@ def _seconds(value: float | None) -> str:
     return "—" if value is None else f"{floatformat(value, 0)} s"
 
 
-def _row(commit: Commit, run_url: tuple[str, ...]) -> str:
+def _row(commit: Commit) -> str:
     """A commit's row: its facts, then a cell a job, each a link to the cell's newest
     attempt with its letter, its attempts and tests in the link's title."""
     red = " red-row" if commit.red else ""
@@ -83,9 +79,7 @@ def _row(commit: Commit, run_url: tuple[str, ...]) -> str:
     if commit.when:
         meta += _time(commit.when, commit.when_label)
     meta += "".join(f' <span class="kind">{escape(kind)}</span>' for kind in commit.kinds)
-    cells = "".join(
-        _cell(cell, run_url) if cell else '<td class="cell"></td>' for cell in commit.row
-    )
+    cells = "".join(cell.html if cell else '<td class="cell"></td>' for cell in commit.row)
     sha = escape(commit.sha)
     return (
         f'<tr class="hud-row{red}" tabindex="-1" data-sha="{sha}"><th class="commit" scope="row">'
@@ -105,13 +99,4 @@ def _time(when: datetime, label: str) -> str:
         f' <time datetime="{when.isoformat()}" title="{escape(label)}: '
         f'{when:%Y-%m-%d %H:%M} {escape(zone)}">'
         f"{MONTHS_3[when.month].title()} {when.day} {when:%H:%M}</time>"
-    )
-
-
-def _cell(cell: Cell, run_url: tuple[str, ...]) -> str:
-    retried = " retried" if len(cell.attempts) > 1 else ""
-    before, after = run_url
-    return (
-        f'<td class="cell cell-{cell.letter} tone-{cell.tone}{retried}"><a '
-        f'href="{before}{cell.run.uuid}{after}" title="{escape(cell.title)}">{cell.letter}</a></td>'
     )

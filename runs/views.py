@@ -21,7 +21,6 @@ def hud(request: HttpRequest) -> HttpResponse:
     form = HudFilterForm(request.GET)
     filters = form.filters()
     grid = hud_grid.build(**filters)
-    finished = summaries.newest_finished(filters["job"])  # the trends', and which jobs are red
     context = {
         "form": form,
         "grid": grid,
@@ -32,8 +31,7 @@ def hud(request: HttpRequest) -> HttpResponse:
         "filtered": bool(filters["job"] or filters["failures_only"]),
         "previous_page": _page_link(request, grid.page - 1) if grid.page > 1 else "",
         "next_page": _page_link(request, grid.page + 1) if grid.has_next else "",
-        "trends": summaries.trends(finished),
-        "red": summaries.red_now(finished),
+        "section": summaries.section(filters["job"], grid.state),  # red jobs and trends
         "nav": "hud",
     }
     if not grid.commits and grid.page == 1 and not context["filtered"]:

@@ -116,7 +116,7 @@ class Trigger(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
-        # The HUD's facts of a page's commits (`runs.hud_grid._add_facts`).
+        # The HUD's facts of a page's commits (`runs.hud_commits.add_facts`).
         indexes = [models.Index(fields=["pytorch_sha"], name="trigger_by_commit")]
 
     def __str__(self) -> str:

@@ -100,6 +100,16 @@ class Run(Leased):
             # The HUD grid: a page's commits walked from the newest run back, and their runs.
             models.Index(fields=["created_at", "id"], name="run_newest"),
             models.Index(fields=["pytorch_sha", "created_at", "id"], name="run_by_commit"),
+            # What the HUD's cached summaries check (`runs.hud._section_key`): the last end,
+            # and the runs not finished (not in Run.FINISHED), a few of many.
+            models.Index(fields=["finished_at"], name="run_ended"),
+            models.Index(
+                fields=["id"],
+                condition=~models.Q(
+                    status__in=["passed", "failed", "cancelled", "timed_out", "error"]
+                ),
+                name="run_unfinished",
+            ),
         ]
         constraints = [
             models.UniqueConstraint(fields=["retry_of", "run_attempt"], name="run_attempt_once")

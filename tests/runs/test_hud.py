@@ -5,11 +5,12 @@ from datetime import timedelta
 
 import pytest
 from django.contrib.auth.models import User
+from django.core.cache import cache
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from runs import attempts, hud_grid
+from runs import attempts, hud_grid, results
 from runs.models import Dispatch, Failure, Run, Shard, TestResult, Trigger
 from tests.factories import make_backend, make_config, make_user
 
@@ -322,18 +323,62 @@ def test_finished_runs_are_read_from_what_they_stored_with_fewer_queries(client)
     backend = acme()
     client.force_login(make_user("vera"))
     bulk(backend, jobs=3, commits=3)
+    cache.clear()  # each measure reads the database, as a first view does
     counted = queries(client)
     # As `finish_if_done` stores them: tests per outcome, failures per category and verdict.
     Run.objects.update(
         test_summary={"passed": 7, "failed": 2}, failure_summary=[["crash", "regression", 40]]
     )
+    cache.clear()
     few = queries(client)
     bulk(backend, jobs=20, commits=60)
     Run.objects.filter(test_summary__isnull=True).update(
         test_summary={"passed": 7, "failed": 2}, failure_summary=[["crash", "regression", 40]]
     )
+    cache.clear()
     html = hud(client)
+    cache.clear()
     assert queries(client) == few < counted  # no count of results, nor of regressions
     red = html[html.index("<h2>Red now</h2>") :]
     assert "and 40 regression(s) in all" in red
     assert "7 passed, 2 failed, 0 skipped" in cells(html)[0]["title"]
+
+
+def test_a_second_view_reads_settled_commits_from_the_cache_in_fewer_queries(client):
+    backend = acme()
+    client.force_login(make_user("vera"))
+    bulk(backend, jobs=3, commits=3)
+    first, again = queries(client), queries(client)
+    bulk(backend, jobs=20, commits=60)
+    assert queries(client) == first  # the new runs: read from the database
+    assert queries(client) == again < first  # then kept, whatever their number
+
+
+def test_what_the_cache_keeps_changes_as_soon_as_a_run_finishes_is_added_or_deleted(client):
+    backend = acme()
+    client.force_login(make_user("vera"))
+    plant(backend, 1)
+    running = plant(backend, 2, status="running", outcomes=("passed", "failed"))
+    html = hud(client)
+    assert [c["letter"] for c in cells(html)] == ["?", "O"] and "Red now" not in html
+    assert [c["letter"] for c in cells(hud(client))] == ["?", "O"]  # the settled row, kept
+
+    # The running run finishes as a worker finishes it: its cell and "Red now" follow.
+    running.shards.update(status=Shard.Status.DONE)
+    results.finish_if_done(running.pk)
+    html = hud(client)
+    assert [c["letter"] for c in cells(html)] == ["X", "O"]
+    assert "<h2>Red now</h2>" in html and "t.py::T::test_1" in html
+
+    # A re-run of the settled commit's job is its cell's second attempt.
+    trigger = Trigger.objects.get(pytorch_sha=sha(1))
+    rerun = plant(backend, 1, trigger=trigger, status="timed_out", later=30)
+    (newest, settled) = cells(hud(client))
+    assert settled["letter"] == "T" and settled["retried"]
+    assert settled["href"] == f"/runs/{rerun.uuid}/"
+
+    # Deleted runs leave the page and what it says is red.
+    Run.objects.filter(pytorch_sha=sha(2)).delete()
+    html = hud(client)
+    assert [c["letter"] for c in cells(html)] == ["T"]
+    assert "t.py::T::test_1" not in html
