@@ -78,7 +78,7 @@ class QueueFilterForm(forms.Form):
         if data.get("op"):
             proposals = proposals.filter(_uses_op(data["op"]))
         if data.get("dtype"):
-            proposals = proposals.filter(_names(data["dtype"], ("evidence", "edits")))
+            proposals = proposals.filter(_named(data["dtype"]))
         if data.get("q"):
             words = Q()
             for field in ("file_path", "class_name", "test_name", "reason"):
@@ -132,25 +132,25 @@ def _uses_op(name: str) -> Q:
         Q(op=name) | Q(op__startswith=f"{name}."), file_path=OuterRef("file_path"), **test
     )
     spanned = UpstreamTest.objects.filter(
-        _names(name, ("ops",)), file__path=OuterRef("file_path"), **test
+        _names(name, "ops"), file__path=OuterRef("file_path"), **test
     )
-    return _names(name, ("evidence", "edits"), overload=True) | Exists(called) | Exists(spanned)
+    return _named(name, overload=True) | Exists(called) | Exists(spanned)
 
 
-def _names(name: str, fields: tuple[str, ...], overload: bool = False) -> Q:
-    """JSON fields that name `name` as a whole string (or, for an op, as `name.<overload>`).
+def _named(name: str, overload: bool = False) -> Q:
+    """Proposals whose evidence or edits name `name` as a whole string (or, for an op, as
+    `name.<overload>`), in any case: `Proposal.names`, their JSON text lower-cased, holds
+    `"add"` or `"add.Tensor`, not `"addmm"`."""
+    quoted = json.dumps(name).lower()
+    match = Q(names__contains=quoted)
+    return match | Q(names__contains=f"{quoted[:-1]}.") if overload else match
 
-    Matching the JSON text keeps the filter portable (SQLite and PostgreSQL) without
-    an index per evidence key: `"add"` and `"add.Tensor` match, `"addmm"` does not. One
-    case-insensitive regular expression per field reads each row's JSON text once, where
-    a LIKE per form read it twice (bench/pages.py: about half the filter's time).
-    """
-    quoted = json.dumps(name)
-    pattern = re.escape(quoted[:-1]) + ('[".]' if overload else '"')
-    match = Q()
-    for field in fields:
-        match |= Q(**{f"{field}__iregex": pattern})
-    return match
+
+def _names(name: str, field: str) -> Q:
+    """A JSON field that names `name` as a whole string, in any case (`"add"` matches,
+    `"addmm"` does not), for tables without a lower-cased text of their names as
+    `Proposal.names`: a case-insensitive regular expression over the field's JSON text."""
+    return Q(**{f"{field}__iregex": re.escape(json.dumps(name)[:-1]) + '"'})
 
 
 class ProposalEditForm(forms.Form):

@@ -10,7 +10,7 @@ from django import forms, template
 from django.forms import BoundField
 from django.urls import get_script_prefix, reverse
 from django.utils import dateformat, timezone
-from django.utils.html import format_html, format_html_join
+from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.text import Truncator
 
@@ -217,46 +217,42 @@ def queue_row(context: Any, proposal: Any) -> SafeString:
     )
 
 
-def _widget(field: BoundField) -> SafeString:
+def _widget(field: BoundField) -> str:
     """A text input's or a select's HTML as Django's widget templates write it, without
-    them: the queue's ten filters through the template engine cost half a trivial page."""
+    them and in f-strings (every text escaped): the queue's ten filters through the
+    template engine cost half a trivial page, and through format_html a third of one."""
     widget = field.field.widget
     attrs = {**widget.attrs, **field.build_widget_attrs({}, widget)}
     if field.auto_id:
         attrs.setdefault("id", field.auto_id)
+    name = escape(field.html_name)
     if type(widget) is forms.Select:
         chosen = widget.format_value(field.value())
-        options = format_html_join(
-            "", '\n  <option value="{}"{}>{}</option>\n',
-            ((value, " selected" if str(value) in chosen else "", label)
-             for value, label in widget.choices),
-        )  # fmt: skip
-        return format_html(
-            '<select name="{}"{}>{}\n</select>', field.html_name, _attrs(attrs), options
+        options = "".join(
+            f'\n  <option value="{escape(str(value))}"'
+            f"{' selected' if str(value) in chosen else ''}>{escape(str(label))}</option>\n"
+            for value, label in widget.choices
         )
+        return f'<select name="{name}"{_attrs(attrs)}>{options}\n</select>'
     if type(widget) is forms.TextInput:
         value = widget.format_value(field.value())
-        shown = format_html(' value="{}"', value) if value is not None else ""
-        return format_html(
-            '<input type="text" name="{}"{}{}>', field.html_name, shown, _attrs(attrs)
-        )
-    return field.as_widget()
+        shown = f' value="{escape(str(value))}"' if value is not None else ""
+        return f'<input type="text" name="{name}"{shown}{_attrs(attrs)}>'
+    return str(field.as_widget())
 
 
-def _attrs(attrs: dict[str, Any]) -> SafeString:
+def _attrs(attrs: dict[str, Any]) -> str:
     """Attributes in their order, as django/forms/widgets/attrs.html writes them."""
-    return format_html_join(
-        "", "{}", (
-            (format_html(' {}="{}"', name, value) if value is not True else f" {name}",)
-            for name, value in attrs.items()
-            if value is not False
-        ),
-    )  # fmt: skip
+    return "".join(
+        f' {escape(name)}="{escape(str(value))}"' if value is not True else f" {escape(name)}"
+        for name, value in attrs.items()
+        if value is not False
+    )
 
 
 @register.simple_tag
 def filter_fields(fields: list[BoundField]) -> SafeString:
     """`<label>{{ field.label }} {{ field }}</label>` for each of `fields`."""
-    return format_html_join(
-        "", "<label>{} {}</label>", ((field.label, _widget(field)) for field in fields)
+    return mark_safe(  # every text escaped above
+        "".join(f"<label>{escape(str(field.label))} {_widget(field)}</label>" for field in fields)
     )

@@ -54,6 +54,23 @@ def test_the_op_filter_shows_only_tests_that_name_the_op(client, backend, rita):
     assert "1 proposal matches" in body
 
 
+def test_op_and_dtype_filters_read_evidence_and_edits_in_any_case_as_they_are_now(
+    client, backend, rita
+):
+    make_proposal(backend, test_name="test_overload", evidence={"unsupported_ops": ["LGamma.out"]})
+    make_proposal(
+        backend, test_name="test_in_edits", edits={"ops": {"exclude": [{"name": "lgamma"}]}}
+    )
+    later = make_proposal(backend, test_name="test_changed_later", evidence=waiting_on("add"))
+    make_proposal(backend, test_name="test_half", evidence={"dtypes": ["float16"]})
+    Proposal.objects.filter(pk=later.pk).update(evidence=waiting_on("lgamma"))  # a bulk write
+    body = queue(client, op="lgamma").content.decode()
+    assert "test_overload" in body and "test_in_edits" in body and "test_changed_later" in body
+    assert "test_half" not in body and "3 proposals match" in body
+    body = queue(client, dtype="Float16").content.decode()
+    assert "test_half" in body and "1 proposal matches" in body
+
+
 def test_filters_combine_and_free_text_searches_reasons(client, backend, rita):
     make_proposal(backend, test_name="test_a", mode="skip", reason="needs a vendor kernel")
     make_proposal(backend, test_name="test_b", mode="xfail", reason="needs a vendor kernel")
