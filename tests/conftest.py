@@ -71,6 +71,15 @@ def environment_cache(tmp_path_factory: Any) -> Any:
     return path
 
 
+@pytest.fixture(autouse=True)
+def empty_cache() -> None:
+    """Each test starts with an empty Django cache, as with a fresh database: a page that
+    keeps what it read (the HUD, a config version's lines) is then measured as first seen."""
+    from django.core.cache import cache
+
+    cache.clear()
+
+
 @pytest.fixture
 def celery_worker(celery_worker_session: Any, transactional_db: Any) -> Any:
     """The session worker, with a database whose commits the worker's thread can see."""
