@@ -192,6 +192,11 @@ class Grid:
     page: int
     has_next: bool
     state: str  # of the runs it was read in (`state`)
+    # Where the page's table, as `hud_rows.table` writes it, is kept once every commit on
+    # the page is settled (then nothing on it changes without changing `state`), and
+    # that table when it was found there (`commits` and `jobs` are then left empty).
+    table_key: str = ""
+    table: tuple[str, str, str] | None = None
 
     @property
     def groups(self) -> list[tuple[str, int]]:
@@ -241,6 +246,9 @@ def build(job: str = "", failures_only: bool = False, page: int = 1) -> Grid:
         found = (shas, _settled_keys(runs, shas[:PER_PAGE], job))
         cache.set(listed, found, CELLS_KEPT_SECONDS)
     shas, keys = found
+    table_key = f"{listed}:table" if all(sha in keys for sha in shas[:PER_PAGE]) else ""
+    if table_key and (table := cache.get(table_key)) is not None:
+        return Grid([], [], page, len(shas) > PER_PAGE, now, table_key, table)
     rows = {sha: Commit(sha) for sha in shas[:PER_PAGE]}
     kept = cache.get_many(list(keys.values())) if keys else {}
     made = {}
@@ -251,7 +259,7 @@ def build(job: str = "", failures_only: bool = False, page: int = 1) -> Grid:
                 setattr(commit, name, value)
         else:
             made[sha] = commit
-    for sha, cells in _cells(runs, list(made)).items():
+    for sha, cells in _cells(job, list(made)).items():
         made[sha].cells = cells
     add_facts(made)
     settled = {
@@ -267,7 +275,7 @@ def build(job: str = "", failures_only: bool = False, page: int = 1) -> Grid:
     ordered = sorted(jobs.values(), key=lambda j: (j.backend, j.name != j.backend, j.name))
     for commit in rows.values():
         commit.row = [commit.cells.get(j.name) for j in ordered]
-    return Grid(list(rows.values()), ordered, page, len(shas) > PER_PAGE, now)
+    return Grid(list(rows.values()), ordered, page, len(shas) > PER_PAGE, now, table_key)
 
 
 GENERATION = "hud-generation"
@@ -316,10 +324,10 @@ def _settled_keys(runs: QuerySet[Run], shas: list[str], job: str) -> dict[str, s
     }
 
 
-def _cells(runs: QuerySet[Run], shas: list[str]) -> dict[str, dict[str, "Shown"]]:
-    """The cells of the commits `shas` as shown, by commit and HUD job."""
+def _cells(job: str, shas: list[str]) -> dict[str, dict[str, "Shown"]]:
+    """The cells of the commits `shas` as shown, by commit and HUD job (containing `job`)."""
     cells: dict[str, dict[str, Cell]] = {}
-    for run in _attempts(runs, shas):
+    for run in _attempts(job, shas):
         cells.setdefault(run.pytorch_sha, {}).setdefault(run.cell_job, Cell([])).attempts.append(
             run
         )
@@ -359,11 +367,10 @@ def _commits(runs: QuerySet[Run], failures_only: bool) -> QuerySet[Any, Any]:
     return commits.order_by("-first", "pytorch_sha")
 
 
-def _attempts(runs: QuerySet[Run], shas: list[str]) -> list[Attempt]:
-    """The runs of the commits `shas`, oldest first, as `Attempt` rows."""
+def _attempt_rows() -> QuerySet[Run, tuple[Any, ...]]:
     flaky = Failure.objects.filter(run=OuterRef("pk"), verdict=Failure.Verdict.FLAKY)
-    found = (
-        runs.filter(pytorch_sha__in=shas)
+    return (
+        matching_runs()
         .annotate(
             cell_job=HUD_JOB,
             backend_slug=F("backend__slug"),
@@ -376,6 +383,19 @@ def _attempts(runs: QuerySet[Run], shas: list[str]) -> list[Attempt]:
         .order_by("created_at", "pk")
         .values_list(*ATTEMPT_COLUMNS)
     )
+
+
+# Built once, filtered per page: building its annotations cost more than running it
+# (a page with a running commit, bench/pages_at_scale.py).
+_ATTEMPT_ROWS = _attempt_rows()
+
+
+def _attempts(job: str, shas: list[str]) -> list[Attempt]:
+    """The runs of the commits `shas` whose HUD job contains `job`, oldest first, as
+    `Attempt` rows."""
+    found = _ATTEMPT_ROWS.filter(pytorch_sha__in=shas)
+    if job:
+        found = found.filter(Q(cell_job__icontains=job))
     return [Attempt(*values) for values in found]
 
 

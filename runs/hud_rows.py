@@ -6,6 +6,7 @@ time (bench/pages_at_scale.py). Every text is escaped here (`html.escape`, as Dj
 from datetime import datetime
 from html import escape
 
+from django.core.cache import cache
 from django.template.defaultfilters import floatformat
 from django.utils import timezone
 from django.utils.dates import MONTHS_3
@@ -13,7 +14,20 @@ from django.utils.safestring import SafeString, mark_safe
 from django.utils.text import Truncator
 
 from runs.hud_commits import Commit
-from runs.hud_grid import Grid
+from runs.hud_grid import CELLS_KEPT_SECONDS, Grid
+
+
+def table(grid: Grid) -> tuple[SafeString, SafeString, SafeString]:
+    """The grid's header, rows and footer: as kept when the grid was found in the cache,
+    else written and, when every commit on the page is settled, kept (a settled page's
+    1,000 cells unpickled and written again were most of a view, bench/pages_at_scale.py)."""
+    if grid.table is not None:
+        found_head, found_rows, found_foot = grid.table
+        return mark_safe(found_head), mark_safe(found_rows), mark_safe(found_foot)
+    shown = head(grid), rows(grid.commits), foot(grid)
+    if grid.table_key:
+        cache.set(grid.table_key, tuple(str(part) for part in shown), CELLS_KEPT_SECONDS)
+    return shown
 
 
 def rows(commits: list[Commit]) -> SafeString:

@@ -21,12 +21,13 @@ def hud(request: HttpRequest) -> HttpResponse:
     form = HudFilterForm(request.GET)
     filters = form.filters()
     grid = hud_grid.build(**filters)
+    head, rows, foot = hud_rows.table(grid)
     context = {
         "form": form,
         "grid": grid,
-        "head": hud_rows.head(grid),
-        "rows": hud_rows.rows(grid.commits),
-        "foot": hud_rows.foot(grid),
+        "head": head,
+        "rows": rows,
+        "foot": foot,
         "legend": hud_grid.LEGEND,
         "filtered": bool(filters["job"] or filters["failures_only"]),
         "previous_page": _page_link(request, grid.page - 1) if grid.page > 1 else "",
@@ -34,7 +35,7 @@ def hud(request: HttpRequest) -> HttpResponse:
         "section": summaries.section(filters["job"], grid.state),  # red jobs and trends
         "nav": "hud",
     }
-    if not grid.commits and grid.page == 1 and not context["filtered"]:
+    if not rows and grid.page == 1 and not context["filtered"]:
         context["no_runs"] = not Run.objects.exists()
     return render(request, "runs/hud.html", context)
 
