@@ -127,7 +127,8 @@ def _waiting_backends() -> QuerySet[Backend]:
     # unordered, PostgreSQL may prefer a sequential scan that reads the whole table for a
     # backend with nothing approved (6 ms at 20,000 proposals, bench/pages.py).
     first = Subquery(waiting.order_by("file_path").values("pk")[:1])
-    return Backend.objects.alias(first=first).filter(first__isnull=False).order_by("slug")
+    backends = Backend.objects.alias(first=first).filter(first__isnull=False)
+    return backends.only("slug", "name").order_by("slug")
 
 
 # Built once: building it (a subquery resolved against its outer query) cost twice what

@@ -23,8 +23,13 @@ from selection.models import Proposal, ProposalEvent
 PAGE_SIZE = 25
 # Built once (never evaluated here, only cloned): building the rows' subqueries on every
 # page cost more than running them (bench/pages.py).
-ROWS = Proposal.objects.select_related("reviewer", "config_change").defer("names")
-LOADED = review.with_last_edit(ROWS)
+ROWS = Proposal.objects.select_related("reviewer", "config_change")
+LOADED = review.with_last_edit(
+    ROWS.only(  # what a row shows: not the texts of its config PR
+        "uuid", "file_path", "class_name", "test_name", "mode", "edits", "reason",
+        "evidence", "stage", "status", "reviewed_at", "reviewer__username", "config_change__uuid",
+    )
+)  # fmt: skip
 
 
 @login_required

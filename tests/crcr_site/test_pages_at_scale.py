@@ -10,6 +10,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
+from crcr_site.lib.paging import COUNT_CAP
 from crcr_site.lib.ranking import first_of_each
 from runs import results
 from runs.models import Failure, Run, Shard, TestResult, Trigger
@@ -17,6 +18,7 @@ from runs.models.runs import FAILURES_SHOWN
 from selection import configwriter
 from selection.models import ConfigVersion, Proposal
 from selection.views.configpage import LINES_SHOWN
+from selection.views.review import PAGE_SIZE
 from tests.factories import make_backend, make_config, make_user
 
 pytestmark = pytest.mark.django_db
@@ -62,9 +64,9 @@ def test_the_review_queue_costs_the_same_queries_with_2000_proposals_as_with_40(
     proposals(backend, 60, 2_000)
     many = [queries(client, url) for url in urls]
     assert [count for count, _ in many] == few
-    # 1,648 pending proposals name lgamma: counted up to 1,000, and said so.
-    assert "1000+ proposals match; page 2 of 40+" in many[1][1]
-    assert "Approve all 1000+ matching" in many[1][1]
+    # 1,648 pending proposals name lgamma: counted up to the cap, and said so.
+    assert f"{COUNT_CAP}+ proposals match; page 2 of {COUNT_CAP // PAGE_SIZE}+" in many[1][1]
+    assert f"Approve all {COUNT_CAP}+ matching" in many[1][1]
     # The file filter (a part of a path, in any case) matches test_file_3.py alone, newest
     # first: its 103 proposals, counted exactly.
     newest = re.findall(r'<a href="/review/[^"]+/">TestC\d::(test_\d+)</a>', many[2][1])
@@ -79,7 +81,7 @@ def test_a_page_past_the_counted_rows_is_read_and_a_page_past_the_end_is_the_las
     client.force_login(make_user("vera"))
     proposals(backend, 0, 1_100)
     url = reverse("selection:proposal_list") + "?backend=acme&sort=newest&page="
-    _, body = queries(client, url + "41")  # past the first 1,000: counted past its end
+    _, body = queries(client, url + "41")  # past the counted rows: counted to its end
     assert "1025+ proposals match; page 41 of 41+" in body
     assert 'id="proposal-' in body and "TestC" in body
     _, body = queries(client, url + "45")  # past the end: the last page, counted exactly
