@@ -7,7 +7,7 @@ thousand tests for one device. This builds a tree of that size from the bundled
 upstream-style files (tests/upstream/test), for the benches that need one
 (`selection_scale.py`, `first_test.py`) and for `upgrade.py`'s smaller trees:
 1. calibrate: plain pytest collects each bundled file for privateuse1 with the
-   reference device (`selection.reuse.reference_device`), giving its variants;
+   reference device (`crcr_reuse.reference_device`), giving its variants;
 2. each of `--files` files is a renamed copy of a bundled file, drawn by a seeded
    generator, in one of a few eager folders (test/, test/nn/, ...), its test classes
    repeated under new names until the file generates about `--per-file` variants (every
@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from selection.reuse.launcher import PytestRun, TestEnvironment  # noqa: E402
+from crcr_reuse.launcher import PytestRun, TestEnvironment  # noqa: E402
 
 SOURCE = ROOT / "tests" / "upstream"
 # Beside test/: the files pytest and the reference device read (the tree's own pytest
@@ -51,7 +51,7 @@ HELPERS = ("conftest.py",)
 # Eager folders only (`selection.scope.area_of`): stage 1 keeps every file, so the
 # pipeline and plain collection see the same tests.
 FOLDERS = ("", "", "nn", "linalg", "optim", "fx")
-DEVICE = "selection.reuse.reference_device"
+DEVICE = "crcr_reuse.reference_device"
 TEST_CLASS = re.compile(r"^class (Test\w+)\(", re.MULTILINE)
 MAIN_GUARD = re.compile(r'^if __name__ == "__main__":', re.MULTILINE)
 COLLECTED = re.compile(r"(\d+)(?:/\d+)? tests? collected")

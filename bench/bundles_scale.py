@@ -32,7 +32,7 @@ from xml.sax.saxutils import quoteattr
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 TARGET = 2.0
-DEVICE = "selection.reuse.reference_device"
+DEVICE = "crcr_reuse.reference_device"
 FAILING = ["failed", "error", "crashed", "timed_out"]
 CATEGORIES = ["unsupported_op", "numerical_mismatch", "crash", "timeout"]
 MESSAGE = (
@@ -83,13 +83,13 @@ def run_data(results: int, shards: int) -> Any:
 
 
 def build_run(owner: Any, results: int, shards: int) -> Any:
+    from crcr_reuse.outcomes import TestRecord
     from django.utils import timezone
 
     from reproducibility import capture
     from runs import ingest
     from runs.models import Run, Shard, Trigger
     from selection.models import ConfigVersion
-    from selection.reuse.outcomes import TestRecord
 
     text = "test_suite_config:\n  files: []\n"
     config = ConfigVersion.objects.create(

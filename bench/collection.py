@@ -8,7 +8,7 @@ every file of the project's upstream-style tree (tests/upstream/test).
 
 Compared, alternately, in fresh processes:
 - plain: ``pytest --collect-only`` with the reference device registered by
-  importing it (``-p selection.reuse.reference_device``) and the plugin blocked;
+  importing it (``-p crcr_reuse.reference_device``) and the plugin blocked;
 - plugin: the same plus ``--reuse-config`` naming a generated config of a few
   hundred entries (one per generic test of the files, a share of them ``xfail``,
   some with dtype edits, padded with names that match nothing) whose unlisted
@@ -36,8 +36,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from selection.reuse.launcher import PytestRun, TestEnvironment  # noqa: E402
-from selection.reuse.static_scan import scan_file  # noqa: E402
+from crcr_reuse.launcher import PytestRun, TestEnvironment  # noqa: E402
+from crcr_reuse.static_scan import scan_file  # noqa: E402
 
 TARGET = 1.10
 PADDING_TO = 300
@@ -120,7 +120,7 @@ def commands(rootdir: Path, files: list[Path], config: Path) -> dict[str, Pytest
         cwd=rootdir,
         extra_args=["-p", "no:django"],
     )
-    plain = ["-p", "no:django", "-p", "no:crcr_reuse", "-p", "selection.reuse.reference_device"]
+    plain = ["-p", "no:django", "-p", "no:crcr_reuse", "-p", "crcr_reuse.reference_device"]
     return {
         "plain": replace(collect, extra_args=plain),
         "plugin": replace(collect, configs=[config]),

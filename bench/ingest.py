@@ -67,7 +67,7 @@ def main() -> int:
     backend = Backend.objects.create(
         slug=slug,
         name=slug.title(),
-        device_module="selection.reuse.reference_device",
+        device_module="crcr_reuse.reference_device",
         repository=f"{slug}/torch-{slug}",
     )
     text = "test_suite_config:\n  files: []\n"

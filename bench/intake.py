@@ -34,7 +34,7 @@ from selection.models import ConfigVersion
 from runs.models import ApiToken
 from django.contrib.auth import get_user_model
 backend, _ = Backend.objects.get_or_create(slug="bench", defaults=dict(
-    name="bench", device_module="selection.reuse.reference_device", repository="bench/bench"))
+    name="bench", device_module="crcr_reuse.reference_device", repository="bench/bench"))
 text = "test_suite_config:\\n  files: []\\n"
 ConfigVersion.objects.get_or_create(backend=backend, number=1, defaults=dict(
     yaml_text=text, sha256=ConfigVersion.hash_text(text)))

@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from selection.reuse.launcher import OperatorCapture, PytestRun, TestEnvironment  # noqa: E402
+from crcr_reuse.launcher import OperatorCapture, PytestRun, TestEnvironment  # noqa: E402
 
 TARGET = 1.5
 # Only so that a hung test cannot hold the bench forever: far above any real run.

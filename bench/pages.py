@@ -96,7 +96,7 @@ def fill(count: int) -> tuple[Any, str]:
 
     backend, _ = Backend.objects.get_or_create(
         slug="bench-pages",
-        defaults={"name": "bench", "device_module": "selection.reuse.reference_device",
+        defaults={"name": "bench", "device_module": "crcr_reuse.reference_device",
                   "repository": "bench/bench"},
     )  # fmt: skip
     proposals(backend, count)

@@ -41,7 +41,7 @@ def backend(slug: str) -> Any:
     from runs.models import Backend
 
     return Backend.objects.get_or_create(
-        slug=slug, defaults={"name": slug, "device_module": "selection.reuse.reference_device",
+        slug=slug, defaults={"name": slug, "device_module": "crcr_reuse.reference_device",
                              "repository": f"bench/{slug}"},
     )[0]  # fmt: skip
 

@@ -104,7 +104,7 @@ def main() -> int:
     )
     backend = Backend.objects.create(
         slug="reference", name="Reference device", repository="crcr/reference",
-        device_module="selection.reuse.reference_device", extension_points=["eager"],
+        device_module="crcr_reuse.reference_device", extension_points=["eager"],
         scope_preference="no autograd yet; skip distributed and compiled tests",
     )  # fmt: skip
     ConfigVersion.objects.create(

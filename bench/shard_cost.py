@@ -4,7 +4,7 @@ Builds a test tree from the bundled upstream-style tree (tests/upstream: its fil
 copied `--copies` times, the planted crash and hang file left out), collects its test
 ids once with plain pytest, then alternates, `--rounds` times, in fresh processes:
 - plain: `pytest @ids` with the reference device registered (`-p
-  selection.reuse.reference_device`, the reuse plugin blocked), torch's device bases
+  crcr_reuse.reference_device`, the reuse plugin blocked), torch's device bases
   restricted to privateuse1, output to a log;
 - crcr: `runs.shard_worker.execute` on a shard holding the same ids, as a device
   worker runs it: the claim, the worker's environment recorded, the executor
@@ -33,12 +33,12 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from selection.reuse.launcher import PytestRun, TestEnvironment  # noqa: E402
-from selection.reuse.outcomes import canonical  # noqa: E402
+from crcr_reuse.launcher import PytestRun, TestEnvironment  # noqa: E402
+from crcr_reuse.outcomes import canonical  # noqa: E402
 
 TARGET = 1.10
 SOURCE = ROOT / "tests" / "upstream"
-DEVICE = "selection.reuse.reference_device"
+DEVICE = "crcr_reuse.reference_device"
 # Crashes and hangs on purpose (tests/upstream/README.md): pinning them is another bench.
 LEFT_OUT_FILES = ("test_planted_faults.py",)
 # Tests that fail in a way crcr re-runs alone (a mismatch, a flaky counter): the

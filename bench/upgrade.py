@@ -118,7 +118,7 @@ def run_phase(name: str, tree: Path, sha: str) -> None:
     backend, created = Backend.objects.get_or_create(
         slug="reference",
         defaults={"name": "Reference device", "repository": "crcr/reference",
-                  "device_module": "selection.reuse.reference_device", "extension_points": ["eager"]},
+                  "device_module": "crcr_reuse.reference_device", "extension_points": ["eager"]},
     )  # fmt: skip
     if created:
         ConfigVersion.objects.create(

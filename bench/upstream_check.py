@@ -6,7 +6,7 @@ Needs ``$TORCH_ROOT/test/test_view_ops.py`` and ``test_binary_ufuncs.py`` (a
 checkout, or single files fetched beside each other; files newer than the wheel
 may need a conftest.py shim there that back-fills a renamed import). Upstream
 files cannot live in the repository, so CI checks the same properties on
-tests/upstream (tests/selection/reuse/test_collection.py); this script is the
+tests/upstream (tests/engine/test_collection.py); this script is the
 manual check on the real files. Expected sets come from plain pytest collecting
 the same files for the same device, never from the plugin itself.
 
@@ -33,9 +33,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from selection.reuse.launcher import PytestRun, TestEnvironment  # noqa: E402
-from selection.reuse.schema import DTYPES  # noqa: E402
-from selection.reuse.static_scan import scan_file  # noqa: E402
+from crcr_reuse.launcher import PytestRun, TestEnvironment  # noqa: E402
+from crcr_reuse.schema import DTYPES  # noqa: E402
+from crcr_reuse.static_scan import scan_file  # noqa: E402
 
 BAR_ONE = """\
 test_suite_config:
@@ -102,7 +102,7 @@ def plain_ids(root: Path, test_file: Path) -> list[str]:
         root,
         files=[str(test_file)],
         collect_only=True,
-        args=["-p", "no:crcr_reuse", "-p", "selection.reuse.reference_device"],
+        args=["-p", "no:crcr_reuse", "-p", "crcr_reuse.reference_device"],
     )
     if code != 0:
         raise SystemExit(f"plain collection failed:\n{output[-3000:]}")

@@ -54,12 +54,12 @@ import django  # noqa: E402
 
 django.setup()
 
+from crcr_reuse.launcher import PytestRun, TestEnvironment  # noqa: E402
 from django.core.management import call_command  # noqa: E402
 
 from runs.models import Backend  # noqa: E402
 from selection import pipeline  # noqa: E402
 from selection.models import ConfigVersion, SelectionRun  # noqa: E402
-from selection.reuse.launcher import PytestRun, TestEnvironment  # noqa: E402
 
 COLLECTED = re.compile(r"(\d+)(?:/\d+)? tests? collected")
 ERROR_LINE = re.compile(r"^E\s+(\w*(Error|Exception)\b.*)$", re.MULTILINE)
@@ -105,7 +105,7 @@ def one_file(source: Path, limit: int) -> dict[str, object]:
         return row
     backend = Backend.objects.create(
         slug=f"ref-{source.stem}".replace("_", "-")[:50], name=source.stem,
-        repository="crcr/reference", device_module="selection.reuse.reference_device",
+        repository="crcr/reference", device_module="crcr_reuse.reference_device",
         extension_points=["eager"],
     )  # fmt: skip
     parent = "test_suite_config:\n  files: []\n"

@@ -263,7 +263,7 @@ CELERY_BEAT_SCHEDULE = {
 }
 
 # The device: the Python module that registers the privateuse1 backend.
-CRCR_DEVICE_MODULE: str = env_str("CRCR_DEVICE_MODULE", "selection.reuse.reference_device")
+CRCR_DEVICE_MODULE: str = env_str("CRCR_DEVICE_MODULE", "crcr_reuse.reference_device")
 # A PyTorch checkout (its test/ tree); unset means the bundled upstream-style tree.
 CRCR_TORCH_ROOT = env_path("TORCH_ROOT", BASE_DIR / "tests" / "upstream")
 # Upstream PyTorch: `git:<path to a clone>` or `github:<owner/name>`. The embedded

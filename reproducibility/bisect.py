@@ -26,6 +26,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from crcr_reuse.launcher import PytestRun
+from crcr_reuse.outcomes import FAILING, TestRecord
 from django.conf import settings
 from django.utils import timezone
 
@@ -35,8 +37,6 @@ from runs import artifacts, environments, planning, workfiles, worktrees
 from runs.crash_pinning import Executor, ShardSpec
 from runs.models import Artifact, Failure, Run, TestResult
 from runs.upstream import UpstreamError, get_resolver
-from selection.reuse.launcher import PytestRun
-from selection.reuse.outcomes import FAILING, TestRecord
 
 PASSING = tuple(TestResult.PASSING)
 logger = logging.getLogger(__name__)

@@ -22,13 +22,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from crcr_reuse.launcher import DEVICE_VARIABLES, PytestRun, TestEnvironment
 from django.conf import settings
 
 from reproducibility import environment as host
 from reproducibility.models import Bundle, RunRecord, WorkerEnvironment
 from runs import environments, planning, workfiles, worktrees
 from runs.models import Artifact, Run, Shard, Trigger
-from selection.reuse.launcher import DEVICE_VARIABLES, PytestRun, TestEnvironment
 
 FORMAT = "crcr-run-metadata/1"
 # PyTorch's TestCase seeds every test with common_utils.SEED unless pytest gets

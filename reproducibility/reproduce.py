@@ -20,7 +20,7 @@ Steps of a re-run:
 4. compare each test's outcome class (outcome and failure category) with the
    recorded one; exit 0 when all match, 1 when one differs, 2 on an error.
 
-The pytest plugins (`crcr_reuse`, `selection.reuse.progress_log`) come from crcr: the
+The pytest plugins (`crcr_reuse`, `crcr_reuse.progress_log`) come from crcr: the
 interpreter must have crcr installed (`pip install -e <crcr checkout>` at the
 commit in metadata.json), or the recorded checkout must still exist here.
 
@@ -51,7 +51,7 @@ OUTCOME_CATEGORY = {"crashed": "crash", "timed_out": "timeout"}
 DEVICE_SUFFIX = re.compile(r"(PRIVATEUSE1|PRIVATEUSEONE)$")
 DROPPED_ENV = ("DJANGO_SETTINGS_MODULE", "DATABASE_URL", "CELERY_BROKER_URL")
 PROBE = (
-    "import importlib.metadata as m, selection.reuse.plugin, selection.reuse.progress_log; "
+    "import importlib.metadata as m, crcr_reuse.plugin, crcr_reuse.progress_log; "
     "print(any(e.name == 'crcr_reuse' for e in m.entry_points(group='pytest11')))"
 )
 
@@ -200,7 +200,7 @@ def crcr_setup(python: str, meta: dict[str, Any], env: dict[str, str]) -> str:
             f"{python} cannot import crcr's pytest plugins: install crcr at {commit} "
             "(pip install -e <crcr checkout>) or run with PYTHON=<a python that has it>"
         )
-    return "crcr_reuse" if installed else "selection.reuse.plugin"
+    return "crcr_reuse" if installed else "crcr_reuse.plugin"
 
 
 def run_env(meta: dict[str, Any], tree: Path, tmp: Path) -> dict[str, str]:
@@ -243,7 +243,7 @@ def run_pytest(
     ids_file.write_text("".join(f"{node_id}\n" for node_id in ids), encoding="utf-8")
     command = [
         python, "-m", "pytest", f"--reuse-ids={ids_file}",
-        "-p", "selection.reuse.progress_log", f"--crcr-progress={progress}",
+        "-p", "crcr_reuse.progress_log", f"--crcr-progress={progress}",
         f"--junitxml={work / 'junit.xml'}", "-p", "no:cacheprovider", "-q", "--no-header", "-rN",
         "-p", plugin, f"--reuse-config={ROOT / 'config.yaml'}",
         f"--reuse-device={env.get('CRCR_REUSE_DEVICE', '')}", f"--reuse-torch-root={tree}",

@@ -19,11 +19,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from crcr_reuse.launcher import die_with_parent, kill
 from django.conf import settings
 from django.core.files import File
 
 from runs.models import Artifact, Backend
-from selection.reuse.launcher import die_with_parent, kill
 
 # How often a running build's last line is reported (seconds).
 BUILD_POLL_SECONDS = 2

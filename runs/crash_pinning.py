@@ -1,7 +1,7 @@
 """Run a shard's tests in pytest subprocesses: crash pinning and per-test retries.
 
 Pure Python (no Django): the caller gives it the ids and the process to run
-them in (a `selection.reuse.launcher.PytestRun`: environment, tree, configs) and
+them in (a `crcr_reuse.launcher.PytestRun`: environment, tree, configs) and
 gets back every attempt of every test.
 
 Steps:
@@ -21,10 +21,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from runs.report_files import check_junit
-from selection.reuse import launcher
-from selection.reuse.launcher import PytestRun
-from selection.reuse.outcomes import (
+from crcr_reuse import launcher
+from crcr_reuse.launcher import PytestRun
+from crcr_reuse.outcomes import (
     FAILING,
     Progress,
     TestRecord,
@@ -32,6 +31,8 @@ from selection.reuse.outcomes import (
     death,
     read_progress,
 )
+
+from runs.report_files import check_junit
 
 EXIT_OK = (0, 1, 5)  # all passed, some failed, none collected: pytest ended normally
 WATCH_INTERVAL = 0.5

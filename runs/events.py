@@ -6,7 +6,7 @@ connected in their app's `ready()`; they run synchronously, in the sender's
 transaction, so what they write commits (or rolls back) with the event.
 
 - `run_planned(run, pytest)`: the run's shards exist; `pytest` is the
-  `selection.reuse.launcher.PytestRun` every process of the run starts from.
+  `crcr_reuse.launcher.PytestRun` every process of the run starts from.
 - `shard_attempt_started(run, shard, environment, built)`: a device worker claimed the
   shard (`shard.attempts` is this attempt) and will run it with `environment`'s
   variables in `built`, the combination's interpreter (`runs.environments`).

@@ -12,12 +12,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from crcr_reuse.outcomes import TestRecord
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from runs.models import Shard, TestResult
 from runs.report_files import parse_junit
-from selection.reuse.outcomes import TestRecord
 
 BATCH = 2000
 

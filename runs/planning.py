@@ -14,6 +14,8 @@ failed shards as they were.
 from dataclasses import replace
 from pathlib import Path
 
+from crcr_reuse.launcher import PytestRun, TestEnvironment
+from crcr_reuse.outcomes import canonical
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
@@ -31,8 +33,6 @@ from runs import (
 )
 from runs.models import Run, Shard, TestDuration
 from runs.relay import outbox
-from selection.reuse.launcher import PytestRun, TestEnvironment
-from selection.reuse.outcomes import canonical
 
 # The build command's output, in the run's folder.
 BUILD_LOG = "build.log"

@@ -1,4 +1,4 @@
-"""Reading a pytest process's JUnit XML (its progress log: `selection.reuse.outcomes`).
+"""Reading a pytest process's JUnit XML (its progress log: `crcr_reuse.outcomes`).
 
 Pure Python (no Django). A report that is corrupt or truncated raises
 ReportError naming the file and where it broke; the caller fails the shard as
@@ -9,8 +9,8 @@ import xml.etree.ElementTree as ElementTree
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from selection.reuse.idlist import normalize_class
-from selection.reuse.outcomes import ReportError, TestRecord, canonical, junit_address, settled
+from crcr_reuse.idlist import normalize_class
+from crcr_reuse.outcomes import ReportError, TestRecord, canonical, junit_address, settled
 
 
 def parse_junit(path: Path) -> Iterator[TestRecord]:

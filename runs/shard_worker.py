@@ -16,6 +16,7 @@ import socket
 from datetime import timedelta
 from pathlib import Path
 
+from crcr_reuse.outcomes import ReportError, TestRecord, read_progress
 from django.conf import settings
 from django.db import (
     close_old_connections,
@@ -40,7 +41,6 @@ from runs.crash_pinning import Executor, ProcessFailed, ShardSpec
 from runs.models import Run, Shard, TestDuration
 from runs.relay import outbox
 from runs.triage import classify
-from selection.reuse.outcomes import ReportError, TestRecord, read_progress
 
 # Failures that repeat by nature are not re-run: the op or dtype is missing, or
 # the test cannot even be set up.

@@ -349,7 +349,7 @@ def _copied(suite: Any, key: str, lines: list[str]) -> list[str]:
 
 def validate(text: str, tree: Path) -> Any:
     """Load the text with the reuse framework's strict loader; ConfigError names problems."""
-    from selection.reuse.loader import load_configs
+    from crcr_reuse.loader import load_configs
 
     # Relative `path`s are relative to the config's folder: place it at the tree root.
     with tempfile.NamedTemporaryFile(

@@ -1,7 +1,7 @@
+from crcr_reuse.schema import NAME_FORM
 from django import forms
 
 from runs.models import Backend
-from selection.reuse.schema import NAME_FORM
 
 
 class EnableOperatorForm(forms.Form):

@@ -4,7 +4,7 @@
 1. the profile is checked as the admin checks it (`Backend.full_clean`: slug, relay
    settings and token spec);
 2. the first config is read in the format the team names: crcr's own, as it is, or a
-   Torch Spyre config through the importer (`selection.reuse.spyre`), whose report of
+   Torch Spyre config through the importer (`crcr_reuse.spyre`), whose report of
    what it changed and could not use comes back to the caller;
 3. the config is validated by the reuse framework's strict loader against the PyTorch
    tree crcr tests (`CRCR_TORCH_ROOT`), so a path that matches no file is refused now;
@@ -18,14 +18,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from crcr_reuse import spyre
+from crcr_reuse.loader import ConfigError
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from runs.models import Backend
 from selection import configwriter, pipeline
 from selection.models import ConfigVersion
-from selection.reuse import spyre
-from selection.reuse.loader import ConfigError
 
 FORMATS = ("crcr", "spyre")
 

@@ -4,7 +4,7 @@ Steps of `capture()`:
 1. group the chosen files by content (`same_text`): files with the same bytes under
    the same conftest.py files (renamed copies) run the same tests the same way, so
    only the first of each group runs and stands for the others;
-2. run pytest with `selection.opcapture_plugin` over those files of the tree, in as
+2. run pytest with `crcr_reuse.opcapture` over those files of the tree, in as
    few processes as possible (each pays ~10 s importing torch's test machinery), on
    the CPU by default (every op has a kernel there, so a test's whole op list shows)
    or on the backend's device; a process that dies is followed by one process per
@@ -29,11 +29,11 @@ from itertools import islice
 from pathlib import Path
 from typing import Any
 
+from crcr_reuse.launcher import OperatorCapture, PytestRun, TestEnvironment
 from django.db import connection, transaction
 from django.db.models import Q
 
 from selection.models import CapturedTest, OpUsage
-from selection.reuse.launcher import OperatorCapture, PytestRun, TestEnvironment
 
 Key = tuple[str, str, str]
 Progress = Callable[[str, int, int], None]

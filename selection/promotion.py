@@ -4,7 +4,7 @@ Connected to `runs.events.run_finished` (`SelectionConfig.ready`), so it runs in
 transaction that gives the run its status, and commits with it:
 - **promotion**: a test listed `xfail` or `xfail_strict` whose every variant passed in
   the run, at least one of them unexpectedly (XPASS; a strict one is stored as an
-  unexpected pass, `selection.reuse.outcomes.settled`, so it never turns the job red), is
+  unexpected pass, `crcr_reuse.outcomes.settled`, so it never turns the job red), is
   proposed as `mandatory_success`, the run as its evidence. A test with some variants
   still failing is not proposed: the run page lists its unexpected passes;
 - **quarantine**: a test that passed only on a retry in this run and in at least

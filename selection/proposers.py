@@ -28,8 +28,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from crcr_reuse.schema import MODES, NAME_FORM, canonical_dtype
+
 from selection.capabilities import Capabilities
-from selection.reuse.schema import MODES, NAME_FORM, canonical_dtype
 from selection.source_facts import EXCLUDES_PRIVATEUSE1
 
 Key = tuple[str, str, str]

@@ -27,11 +27,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from crcr_reuse.launcher import PytestRun, TestEnvironment
+from crcr_reuse.outcomes import TestRecord
+
 from runs.crash_pinning import Executor, ShardSpec
 from runs.triage import classify
 from selection.capabilities import Capabilities, device_variables
-from selection.reuse.launcher import PytestRun, TestEnvironment
-from selection.reuse.outcomes import TestRecord
 
 Key = tuple[str, str, str]
 Progress = Callable[[str, int, int], None]

@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from selection.reuse import schema
+from crcr_reuse import schema
 
 # Decorator names that decide where a test may run, as the device-type machinery reads them.
 RESTRICTIONS = {

@@ -26,7 +26,7 @@ def make_token(user: Any) -> str:
 def make_backend(slug: str = "acme", **fields: Any) -> Backend:
     defaults = {
         "name": slug.title(),
-        "device_module": "selection.reuse.reference_device",
+        "device_module": "crcr_reuse.reference_device",
         "repository": f"{slug}/torch-{slug}",
     }
     return Backend.objects.create(slug=slug, **(defaults | fields))

@@ -10,10 +10,12 @@ from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-# Most specific first: `selection.reuse` is its own node of the graph.
-PARTS = ("selection.reuse", "crcr_site", "runs", "selection", "reproducibility", "demo")
-PACKAGES = ("crcr_site", "runs", "selection", "reproducibility", "demo", "bench")
-LAUNCHER = "selection/reuse/launcher.py"
+# The engine (its own package, engine/crcr_reuse) is the bottom node of the graph.
+ENGINE = "engine/crcr_reuse"
+PARTS = ("crcr_reuse", "crcr_site", "runs", "selection", "reproducibility", "demo")
+APPS = ("crcr_site", "runs", "selection", "reproducibility", "demo")
+PACKAGES = (ENGINE, *APPS, "bench")
+LAUNCHER = "engine/crcr_reuse/launcher.py"
 # The bundle's stand-alone script runs with the standard library alone.
 STANDALONE = "reproducibility/reproduce.py"
 PYTEST_OPTION = re.compile(r"^--(reuse-[a-z-]+|junitxml|crcr-progress|opcapture-[a-z]+)=")
@@ -33,9 +35,15 @@ def part_of(module: str) -> str | None:
     return next((p for p in PARTS if module == p or module.startswith(f"{p}.")), None)
 
 
+def module_name(path: Path) -> str:
+    """The dotted name `path` is imported as (the engine's folder is not part of it)."""
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[1:] if parts[0] == "engine" else parts)
+
+
 def imported(path: Path) -> list[str]:
     """Every module `path` imports, anywhere in it, relative imports resolved."""
-    own = list(path.relative_to(ROOT).with_suffix("").parts)
+    own = module_name(path).split(".")
     names = []
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
@@ -50,8 +58,8 @@ def imported(path: Path) -> list[str]:
 def app_graph() -> dict[str, dict[str, set[str]]]:
     """part -> imported part -> the files that import it."""
     graph: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
-    for path in modules(*PARTS[1:]):
-        source = part_of(".".join(path.relative_to(ROOT).with_suffix("").parts))
+    for path in modules(ENGINE, *APPS):
+        source = part_of(module_name(path))
         assert source is not None
         for name in imported(path):
             target = part_of(name)
@@ -89,29 +97,28 @@ def test_the_apps_import_each_other_one_way_only():
     edges = {(a, b) for a in graph for b in graph[a]}
     assert edges <= {
         ("runs", "crcr_site"),
-        ("runs", "selection.reuse"),
+        ("runs", "crcr_reuse"),
         ("selection", "crcr_site"),
         ("selection", "runs"),
-        ("selection", "selection.reuse"),
+        ("selection", "crcr_reuse"),
         ("reproducibility", "crcr_site"),
         ("reproducibility", "runs"),
         ("reproducibility", "selection"),
-        ("reproducibility", "selection.reuse"),
+        ("reproducibility", "crcr_reuse"),
         ("demo", "runs"),
         ("demo", "selection"),
         ("demo", "reproducibility"),
         ("demo", "crcr_site"),
-        ("demo", "selection.reuse"),
+        ("demo", "crcr_reuse"),
     }, sorted(edges)
 
 
-def test_the_reuse_framework_imports_neither_django_nor_the_rest_of_crcr():
-    for path in modules("selection/reuse"):
+def test_the_engine_imports_neither_django_nor_the_rest_of_crcr():
+    for path in modules(ENGINE):
         outside = [
             name
             for name in imported(path)
-            if name.split(".")[0] in ("django", "rest_framework", "celery", *PACKAGES)
-            and not name.startswith("selection.reuse")
+            if name.split(".")[0] in ("django", "rest_framework", "celery", *APPS, "bench")
         ]
         assert not outside, f"{path.relative_to(ROOT)} imports {outside}"
 

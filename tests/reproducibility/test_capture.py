@@ -42,7 +42,7 @@ def test_the_start_hook_freezes_trigger_artifacts_config_plan_and_seeds(run):
     assert record.config_sha256 == run.config_version.sha256
     assert record.plan == [{"index": 0, "test_ids": [MISMATCH, PASSING], "estimated_seconds": 12.5}]
     assert record.seeds["PYTHONHASHSEED"] == "0"
-    assert record.command["env"]["CRCR_REUSE_DEVICE"] == "selection.reuse.reference_device"
+    assert record.command["env"]["CRCR_REUSE_DEVICE"] == "crcr_reuse.reference_device"
     assert record.test_tree["kind"] == "bundled"
     assert len(record.crcr["commit"]) == 40
 

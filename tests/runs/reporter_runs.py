@@ -9,10 +9,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from crcr_reuse.outcomes import TestRecord
+
 from runs import results, shard_worker
 from runs.models import Backend, Run, Shard, Trigger
 from runs.relay import outbox, protocol
-from selection.reuse.outcomes import TestRecord
 from tests.factories import make_backend, make_config
 from tests.runs.relay_runs import REPO, dispatched_run, make_run
 

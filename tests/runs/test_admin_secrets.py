@@ -19,7 +19,7 @@ SECRET = "It's a Secret to Everybody"
 BACKEND_FORM = {
     "name": "Acme",
     "slug": "acme",
-    "device_module": "selection.reuse.reference_device",
+    "device_module": "crcr_reuse.reference_device",
     "repository": "acme/torch-acme",
     "version": "0.0.0",
     "extra_versions": "[]",

@@ -6,9 +6,9 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from crcr_reuse.launcher import PytestRun, TestEnvironment
 
 from runs.crash_pinning import Executor, ProcessFailed, ShardSpec
-from selection.reuse.launcher import PytestRun, TestEnvironment
 
 ROOT = Path(__file__).resolve().parents[2]
 

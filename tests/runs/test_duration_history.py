@@ -1,10 +1,10 @@
 """A finished shard folds its tests' first durations into the device's history."""
 
 import pytest
+from crcr_reuse.outcomes import TestRecord
 
 from runs import durations, shard_worker
 from runs.models import TestDuration
-from selection.reuse.outcomes import TestRecord
 
 pytestmark = pytest.mark.django_db
 

@@ -3,13 +3,13 @@
 import uuid
 
 import pytest
+from crcr_reuse.outcomes import TestRecord
 
 from reproducibility.models import Rerun
 from runs import results, shard_worker
 from runs.models import Dispatch, RelayCallback, Run, Shard, TestResult, Trigger
 from runs.relay import outbox
 from runs.relay.simulator import RelaySimulator
-from selection.reuse.outcomes import TestRecord
 from tests.dispatches import pr_dispatch
 from tests.factories import make_user
 from tests.runs.relay_runs import REPO, dispatched_run, relay_backend

@@ -6,13 +6,13 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from crcr_reuse.launcher import PytestRun, TestEnvironment
+from crcr_reuse.outcomes import ReportError, read_progress
 
 from runs import ingest
 from runs.crash_pinning import Executor, ShardSpec
 from runs.models import Run, Shard, Trigger
 from runs.report_files import check_junit, parse_junit
-from selection.reuse.launcher import PytestRun, TestEnvironment
-from selection.reuse.outcomes import ReportError, read_progress
 from tests.factories import make_backend, make_config
 
 ROOT = Path(__file__).resolve().parents[2]

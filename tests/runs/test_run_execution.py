@@ -7,11 +7,11 @@ import sys
 from collections import defaultdict
 
 import pytest
+from crcr_reuse.outcomes import read_progress
 
 from runs import planning, triggers
 from runs.models import Dispatch, Failure, Run, Shard, TestResult
 from runs.relay.simulator import RelaySimulator
-from selection.reuse.outcomes import read_progress
 from tests.dispatches import pr_dispatch
 from tests.factories import make_backend, make_config
 from tests.runs.treeconfig import TREE, tree_config
@@ -33,7 +33,7 @@ def direct_outcomes(tmp_path) -> dict[str, str]:
     subprocess.run(
         [
             sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-            "-p", "selection.reuse.progress_log", f"--crcr-progress={progress}",
+            "-p", "crcr_reuse.progress_log", f"--crcr-progress={progress}",
             "-p", "crcr_reuse", f"--reuse-config={config}", f"--reuse-torch-root={TREE}",
             f"--deselect={PLANTED}",
         ],

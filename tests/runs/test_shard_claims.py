@@ -3,11 +3,11 @@
 from datetime import timedelta
 
 import pytest
+from crcr_reuse.outcomes import TestRecord
 from django.utils import timezone
 
 from runs import ingest, shard_worker, tasks
 from runs.models import Run, Shard, TestResult
-from selection.reuse.outcomes import TestRecord
 from tests.factories import make_backend, make_config
 from tests.reproducibility.builders import make_run
 

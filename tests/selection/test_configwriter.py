@@ -4,9 +4,9 @@ import difflib
 from pathlib import Path
 
 import pytest
+from crcr_reuse.loader import ConfigError
 
 from selection.configwriter import ConfigWriteError, Decision, apply, standalone, validate
-from selection.reuse.loader import ConfigError
 
 PARENT = """# The reference backend's config.
 test_suite_config:

@@ -3,10 +3,10 @@
 from pathlib import Path
 
 import pytest
+from crcr_reuse.opcapture import graph_ops
 
 from selection import enabling, opindex
 from selection.models import CapturedTest, OpUsage, Proposal
-from selection.opcapture_plugin import graph_ops
 from tests.factories import make_backend, make_config
 
 TREE = {

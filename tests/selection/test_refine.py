@@ -3,10 +3,10 @@
 from pathlib import Path
 
 import pytest
+from crcr_reuse.outcomes import TestRecord as Attempt
 
 from runs.models import Run, Shard, TestResult, Trigger
 from selection.refine import correct, flaky_history, observe
-from selection.reuse.outcomes import TestRecord as Attempt
 from tests.factories import make_backend, make_config
 
 TREE = Path("/tree")

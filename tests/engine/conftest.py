@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[2]
 TREE = ROOT / "tests" / "upstream"
 TREE_TESTS = TREE / "test"
 RUN_TIMEOUT = 300

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.heavy_runs("device")
 
 BASICS = """
 import json, torch
-import selection.reuse.reference_device as device
+import crcr_reuse.reference_device as device
 t = torch.arange(6.0, device="privateuseone").view(2, 3)
 row = t[1]
 row[0] = 42.0
@@ -38,7 +38,7 @@ print(json.dumps(facts))
 
 FAULTS = """
 import json, signal, time, torch
-import selection.reuse.reference_device
+import crcr_reuse.reference_device
 ones = torch.ones(3, device="privateuseone")
 facts = {"neg32": torch.neg(ones).cpu().tolist(), "neg64": torch.neg(ones.double()).cpu().tolist()}
 try:
@@ -59,7 +59,7 @@ print(json.dumps(facts))
 
 CRASH = """
 import torch
-import selection.reuse.reference_device
+import crcr_reuse.reference_device
 torch.neg(torch.ones(2, device="privateuseone"))
 print("still alive")
 """

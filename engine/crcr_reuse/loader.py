@@ -137,7 +137,7 @@ class _Reader:
     def _unknown_key(key: str, where: str, allowed: Sequence[str]) -> str:
         hint = (
             f" ({SPYRE_ONLY[key]} are not supported by crcr; for a Torch Spyre config run"
-            " `python -m selection.reuse import-spyre`)"
+            " `python -m crcr_reuse import-spyre`)"
             if key in SPYRE_ONLY
             else ""
         )

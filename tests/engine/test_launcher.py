@@ -8,8 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-
-from selection.reuse.launcher import PytestRun, TestEnvironment
+from crcr_reuse.launcher import PytestRun, TestEnvironment
 
 REPORTS_ENV = textwrap.dedent(
     """
@@ -118,7 +117,7 @@ def test_a_test_process_gets_only_the_variables_on_the_allow_list_and_the_operat
 def test_the_reference_devices_own_variables_reach_its_tests_but_not_a_cpu_process(monkeypatch):
     monkeypatch.setenv("CRCR_REFDEV_FAULTS", "/profiles/none.yaml")
     monkeypatch.setenv("CRCR_LLM_KEY_FILE", "/etc/crcr/llm-key")
-    device = TestEnvironment.for_device("selection.reuse.reference_device", Path("/tree"))
+    device = TestEnvironment.for_device("crcr_reuse.reference_device", Path("/tree"))
     cpu = TestEnvironment.for_device(None, Path("/tree"))
 
     assert device.variables["CRCR_REFDEV_FAULTS"] == "/profiles/none.yaml"

@@ -10,10 +10,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from selection.reuse.cli import main
-from selection.reuse.loader import ConfigError, load_configs
-from selection.reuse.spyre import ImportProblem, import_text
+from crcr_reuse.cli import main
+from crcr_reuse.loader import ConfigError, load_configs
+from crcr_reuse.spyre import ImportProblem, import_text
 
 from .conftest import TREE
 
@@ -375,7 +374,7 @@ def test_op_includes_naming_an_op_db_op_stay_with_their_tags(tmp_path):
     source.write_text(SPYRE_OP_INCLUDES)
     out = tmp_path / "crcr.yaml"
     done = subprocess.run(
-        [sys.executable, "-m", "selection.reuse", "import-spyre", str(source), "-o", str(out)],
+        [sys.executable, "-m", "crcr_reuse", "import-spyre", str(source), "-o", str(out)],
         cwd=ROOT, env=clean_env(), capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr

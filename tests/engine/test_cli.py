@@ -9,9 +9,8 @@ from typing import Any
 
 import pytest
 import yaml
-
-from selection.reuse.cli import main
-from selection.reuse.loader import load_configs
+from crcr_reuse.cli import main
+from crcr_reuse.loader import load_configs
 
 from .conftest import ROOT, TREE, Run, clean_env, heavy_run
 
@@ -161,7 +160,7 @@ def test_list_counts_generic_tests_per_file_and_mode(capsys: pytest.CaptureFixtu
 
 def test_the_module_runs_as_a_command() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "selection.reuse", "validate", DEMO],
+        [sys.executable, "-m", "crcr_reuse", "validate", DEMO],
         cwd=ROOT, env=clean_env(), capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert done.returncode == 0 and done.stdout.startswith("OK:")
@@ -193,7 +192,7 @@ def _list_collect(workdir: Path) -> Any:
     config = workdir / "small.yaml"
     config.write_text(SMALL)
     done = subprocess.run(
-        [sys.executable, "-m", "selection.reuse", "list", "--collect", "--config", str(config),
+        [sys.executable, "-m", "crcr_reuse", "list", "--collect", "--config", str(config),
          "--torch-root", str(TREE)],
         cwd=ROOT, env=clean_env(), capture_output=True, text=True, check=False, timeout=300,
     )  # fmt: skip

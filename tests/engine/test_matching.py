@@ -5,9 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from selection.reuse.loader import load_configs
-from selection.reuse.matching import FileRules, Rules
+from crcr_reuse.loader import load_configs
+from crcr_reuse.matching import FileRules, Rules
 
 from .conftest import TREE, TREE_TESTS
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from selection.reuse.loader import ConfigError, load_configs
+from crcr_reuse.loader import ConfigError, load_configs
 
 from .conftest import TREE, TREE_TESTS
 
@@ -144,7 +143,7 @@ test_suite_config:
     assert problems_of([path]) == [
         f"{path}:11:19: unknown key 'sample_inputs_func' in an op in edits.ops.include "
         "(torch-spyre's model-op sample inputs are not supported by crcr; for a Torch Spyre "
-        "config run `python -m selection.reuse import-spyre`); allowed: name, dtypes, "
+        "config run `python -m crcr_reuse import-spyre`); allowed: name, dtypes, "
         "force_xfail, description, tags"
     ]
 

@@ -10,7 +10,7 @@ from .conftest import ROOT, clean_env
 
 
 def test_importing_the_plugin_does_not_import_torch() -> None:
-    code = "import sys, selection.reuse.plugin; print('torch' in sys.modules)"
+    code = "import sys, crcr_reuse.plugin; print('torch' in sys.modules)"
     done = subprocess.run(
         [sys.executable, "-c", code], cwd=ROOT, env=clean_env(), capture_output=True, text=True
     )

@@ -3,7 +3,7 @@
 The executor reads this log to know which tests a shard reported before its
 process crashed or hung, so only the rest are re-run to pin the culprit
 (`outcomes.read_progress` reads it). It imports nothing from Django and is loaded
-with `-p selection.reuse.progress_log --crcr-progress <file>`.
+with `-p crcr_reuse.progress_log --crcr-progress <file>`.
 
 `--crcr-progress-resume` makes a fresh process go on where the log stops: every
 test the log has an outcome for (crashed included) is deselected at collection,

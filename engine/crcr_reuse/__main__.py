@@ -1,4 +1,4 @@
-"""``python -m selection.reuse``: see ``cli.py``."""
+"""``python -m crcr_reuse``: see ``cli.py``."""
 
 import sys
 

@@ -31,7 +31,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--reuse-device",
         metavar="MODULE",
         help="module whose import registers the privateuse1 backend "
-        "(default: $CRCR_REUSE_DEVICE, else selection.reuse.reference_device)",
+        "(default: $CRCR_REUSE_DEVICE, else crcr_reuse.reference_device)",
     )
     group.addoption(
         "--reuse-ids", metavar="FILE", help="run only these test ids (one node id a line)"

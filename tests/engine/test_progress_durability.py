@@ -3,8 +3,7 @@
 import json
 
 import pytest
-
-from selection.reuse import progress_log
+from crcr_reuse import progress_log
 
 
 def finished(node_id: str) -> pytest.TestReport:

@@ -9,8 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from selection.reuse.loader import ConfigError, load_configs
+from crcr_reuse.loader import ConfigError, load_configs
 
 from .conftest import RUN_TIMEOUT, TREE, Run, clean_env, heavy_run
 

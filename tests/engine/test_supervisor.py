@@ -1,4 +1,4 @@
-"""`python -m selection.reuse run`: a crash is pinned and the remaining tests run in a fresh process."""
+"""`python -m crcr_reuse run`: a crash is pinned and the remaining tests run in a fresh process."""
 
 from __future__ import annotations
 
@@ -62,7 +62,7 @@ def _supervised(workdir: Path) -> Run:
     junit = workdir / "junit.xml"
     done = subprocess.run(
         [
-            sys.executable, "-m", "selection.reuse", "run", "--max-restarts", "3", "--",
+            sys.executable, "-m", "crcr_reuse", "run", "--max-restarts", "3", "--",
             "-p", "no:django", "-p", "crcr_reuse", f"--rootdir={TREE}",
             f"--reuse-config={config}", f"--junitxml={junit}",
         ],

@@ -1,4 +1,4 @@
-"""Command line: ``python -m selection.reuse {validate,merge,explain,list,lint} ...``.
+"""Command line: ``python -m crcr_reuse {validate,merge,explain,list,lint} ...``.
 
 - ``validate CONFIG...``: load and merge; exit 2 with file:line:column errors.
 - ``merge CONFIG...``: print the merged config as YAML (comments are not kept).
@@ -64,7 +64,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m selection.reuse", description=__doc__.split("\n")[0]
+        prog="python -m crcr_reuse", description=__doc__.split("\n")[0]
     )
     commands = parser.add_subparsers(dest="command", required=True)
     common = argparse.ArgumentParser(add_help=False)

@@ -247,4 +247,4 @@ def test_results_from_xdist_workers_reach_the_report_and_the_summary(xdist: Run)
     assert xdist.report["summary"] == {"crashed": 1, "failed": 1, "passed": 2, "xfailed": 1}
     assert "xfail: 1 run (1 xfailed)" in xdist.stdout
     assert xdist.report["collection"]["generated"] > 0  # counted by the workers
-    assert json.loads(json.dumps(xdist.report))["device"] == "selection.reuse.reference_device"
+    assert json.loads(json.dumps(xdist.report))["device"] == "crcr_reuse.reference_device"

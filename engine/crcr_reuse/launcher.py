@@ -35,8 +35,12 @@ from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
 
-# The crcr checkout (or installed tree) the plugins below are imported from.
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
+# The folder the engine is imported from. A source checkout (it holds the engine's
+# pyproject.toml) goes on a test process's PYTHONPATH, so an interpreter without the
+# engine installed (a combination's own environment) finds the plugins; an installed
+# engine's site-packages never does (it would shadow that environment's own torch).
+ENGINE_ROOT = Path(__file__).resolve().parents[1]
+ENGINE_FROM_SOURCE = (ENGINE_ROOT / "pyproject.toml").is_file()
 # What a test process gets of the worker's environment (an allow-list): the system's
 # basics, the interpreter's switches, CI (torch's test harness reads it), torch's, the
 # accelerator runtimes' and the math libraries' variables, and the device's own
@@ -61,13 +65,13 @@ CRCR_ONLY_VARIABLES = ("DATABASE_URL", "DJANGO_*", "CELERY_*")
 # own name in the operator's list.
 SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "_KEY", "APIKEY")
 # Devices whose variables are not named after their package: the bundled reference device.
-NAMED_DEVICE_PREFIXES = {"selection.reuse.reference_device": "CRCR_REFDEV_"}
+NAMED_DEVICE_PREFIXES = {"crcr_reuse.reference_device": "CRCR_REFDEV_"}
 REUSE_PLUGIN = "crcr_reuse"
 # The same plugin by module, for an interpreter without crcr installed (a combination's
-# own environment: crcr's checkout is on its PYTHONPATH, its entry point is not).
-REUSE_PLUGIN_MODULE = "selection.reuse.plugin"
-PROGRESS_PLUGIN = "selection.reuse.progress_log"
-CAPTURE_PLUGIN = "selection.opcapture_plugin"
+# own environment: the engine's checkout is on its PYTHONPATH, its entry point is not).
+REUSE_PLUGIN_MODULE = "crcr_reuse.plugin"
+PROGRESS_PLUGIN = "crcr_reuse.progress_log"
+CAPTURE_PLUGIN = "crcr_reuse.opcapture"
 # The variables `for_device` sets, which a run's metadata records.
 DEVICE_VARIABLES = ("CRCR_REUSE_DEVICE", "PYTHONHASHSEED", "TORCH_ROOT")
 PR_SET_PDEATHSIG = 1
@@ -96,14 +100,17 @@ class TestEnvironment:
         extra: Mapping[str, str] | None = None,
     ) -> TestEnvironment:
         """The variables of this process a test needs (`passed_variables`), plus the
-        device, the tree (`TORCH_ROOT`), a fixed hash seed and crcr on `PYTHONPATH`;
+        device, the tree (`TORCH_ROOT`), a fixed hash seed and the engine's source
+        checkout on `PYTHONPATH`;
         `python` is the combination's own interpreter (default: this one)."""
         variables = passed_variables(os.environ, device_module)
         variables.update(
             TORCH_ROOT=str(tree),
-            PYTHONPATH=os.pathsep.join([str(PROJECT_ROOT), variables.get("PYTHONPATH", "")]),
             PYTHONHASHSEED="0",
         )
+        if ENGINE_FROM_SOURCE:
+            paths = [str(ENGINE_ROOT), variables.get("PYTHONPATH", "")]
+            variables["PYTHONPATH"] = os.pathsep.join(paths)
         if device_module is not None:
             variables["CRCR_REUSE_DEVICE"] = device_module
         if tmpdir is not None:
@@ -119,7 +126,7 @@ class TestEnvironment:
 
 def reuse_plugin_for(python: str) -> str:
     """How `python` loads the reuse plugin: by its entry point where crcr is installed,
-    else by module from crcr's checkout on PYTHONPATH. The checkout may carry an editable
+    else by module from the engine's checkout on PYTHONPATH. The checkout may carry an editable
     install's metadata naming the entry point, and then it must be loaded by that name
     (pytest refuses a plugin registered twice)."""
     if python == sys.executable:
@@ -130,7 +137,7 @@ def reuse_plugin_for(python: str) -> str:
 @cache
 def _checkout_names_the_entry_point() -> bool:
     """Read once a process: every test process spec asks, the checkout does not change."""
-    in_checkout = importlib.metadata.distributions(path=[str(PROJECT_ROOT)])
+    in_checkout = importlib.metadata.distributions(path=[str(ENGINE_ROOT)])
     return any(
         entry.group == "pytest11" and entry.name == REUSE_PLUGIN
         for dist in in_checkout
@@ -193,7 +200,7 @@ def _matches(name: str, patterns: Sequence[str]) -> bool:
 
 @dataclass(frozen=True)
 class OperatorCapture:
-    """Record the aten operators each test calls (selection.opcapture_plugin)."""
+    """Record the aten operators each test calls (crcr_reuse.opcapture)."""
 
     out: Path
     root: Path

@@ -136,7 +136,7 @@ def _lint(workdir: Path) -> dict[str, subprocess.CompletedProcess[str]]:
         ("clean", "run.yaml", ["--strict"]),
     ):
         runs[name] = subprocess.run(
-            [sys.executable, "-m", "selection.reuse", "lint", "--config", config, *strict],
+            [sys.executable, "-m", "crcr_reuse", "lint", "--config", config, *strict],
             cwd=tree,
             env=clean_env(PYTHONPATH=str(ROOT)),
             capture_output=True,

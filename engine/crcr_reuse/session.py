@@ -37,7 +37,7 @@ ENV_DEVICE = "CRCR_REUSE_DEVICE"
 CPU_MOVE = pytest.StashKey[tuple[str, ...]]()
 # A collected test whose config entry says `bypass_device_restrictions: true`.
 BYPASS = pytest.StashKey[bool]()
-DEFAULT_DEVICE = "selection.reuse.reference_device"
+DEFAULT_DEVICE = "crcr_reuse.reference_device"
 MARKER_HELP = (
     "op__NAME: a generated test of OpInfo NAME (crcr reuse)",
     "dtype__NAME: a generated test in dtype NAME (crcr reuse)",
@@ -315,6 +315,8 @@ class ReuseSession:
             return stats
         return dict(self.worker_stats)
 
+    # pytest-xdist's hook: optional, so pytest without xdist accepts the plugin.
+    @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
         raw = getattr(node, "workeroutput", {}).get("crcr_stats")
         if raw and not self.worker_stats:

@@ -1,4 +1,4 @@
-"""`python -m selection.reuse run -- PYTEST_ARGS`: a pytest run that goes on after a crash.
+"""`python -m crcr_reuse run -- PYTEST_ARGS`: a pytest run that goes on after a crash.
 
 For a backend's own CI, without crcr's shard executor (`runs/crash_pinning.py`)
 or pytest-xdist (under xdist the reuse plugin reports a crash and the run goes on).

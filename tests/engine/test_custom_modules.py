@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from selection.reuse.inputs import build_invocation
-from selection.reuse.loader import load_configs
+from crcr_reuse.inputs import build_invocation
+from crcr_reuse.loader import load_configs
 
 from .conftest import run_pytest
 

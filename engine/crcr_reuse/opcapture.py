@@ -1,6 +1,6 @@
 """pytest plugin: record which aten operators each test calls (the operator index's input).
 
-    pytest -p selection.opcapture_plugin --opcapture-out ops.jsonl [test files...]
+    pytest -p crcr_reuse.opcapture --opcapture-out ops.jsonl [test files...]
 
 No Django. Per generated test it writes one JSON line: the generic test (file,
 class without its device suffix, source method name), the OpInfo / dtype /
