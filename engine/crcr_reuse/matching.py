@@ -22,6 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .labels import selects
 from .schema import (
     Config,
     DtypeSpec,
@@ -189,6 +190,26 @@ class Decision:
     @property
     def tags(self) -> tuple[str, ...]:
         return self.entry.tags if self.entry else ()
+
+    @property
+    def labels(self) -> tuple[str, ...]:
+        """The test's labels (its ``testtype__`` markers): those of its files entry (or
+        config), then its tests entry's own."""
+        if self.entry is None:
+            return self.file_entry.labels
+        return tuple(dict.fromkeys(self.entry.group_labels + self.entry.labels))
+
+    def selected_by(self, selection: tuple[str, ...]) -> bool:
+        """Whether a label selection (``--reuse-labels``) keeps the test (``labels.py``)."""
+        if not selection:
+            return True
+        if self.entry is None:
+            return selects(selection, self.file_entry.labels, (), self.file_entry.source)
+        return selects(selection, self.entry.group_labels, self.entry.labels, self.entry.source)
+
+    @property
+    def no_grad(self) -> bool:
+        return self.entry is not None and self.entry.no_grad
 
     @property
     def restrictions_lifted_by(self) -> Pos | None:

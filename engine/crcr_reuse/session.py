@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 
 from .idlist import ShardFilter, normalize_class
+from .labels import parse_selection
 from .loader import ConfigError, load_configs
 from .marking import PLACEHOLDER_VARIANTS, Marking
 from .matching import Decision, Rules
@@ -37,6 +38,8 @@ ENV_DEVICE = "CRCR_REUSE_DEVICE"
 CPU_MOVE = pytest.StashKey[tuple[str, ...]]()
 # A collected test whose config entry says `bypass_device_restrictions: true`.
 BYPASS = pytest.StashKey[bool]()
+# A collected test whose config entry says `no_grad: true`.
+NO_GRAD = pytest.StashKey[bool]()
 DEFAULT_DEVICE = "crcr_reuse.reference_device"
 MARKER_HELP = (
     "op__NAME: a generated test of OpInfo NAME (crcr reuse)",
@@ -90,6 +93,7 @@ class ReuseSession:
         self.deselected_per_file: Counter[str] = Counter()
         self.skipped_by_config = 0
         self._realpaths: dict[str, str] = {}
+        self.labels = parse_selection(getattr(namespace, "reuse_labels", None) or ())
 
     @classmethod
     def start(cls, namespace: argparse.Namespace) -> ReuseSession:
@@ -107,7 +111,10 @@ class ReuseSession:
                     f"crcr reuse: invalid config, nothing collected\n{error}"
                 ) from None
         device = namespace.reuse_device or os.environ.get(ENV_DEVICE) or DEFAULT_DEVICE
-        session = cls(namespace, rules, device)
+        try:
+            session = cls(namespace, rules, device)
+        except ValueError as error:  # a bad --reuse-labels value
+            raise pytest.UsageError(f"crcr reuse: --reuse-labels: {error}") from None
         if not session.controller:
             from .devicetype import DeviceTypeHooks, prepare_device
 
@@ -176,14 +183,17 @@ class ReuseSession:
     ) -> None:
         if self.rules is None:
             return
-        marking = Marking(self.rules.config.labels)
+        marking = Marking()
         reported = reports_skips(config.option)
-        kept, by_config, by_shard, seen = [], [], [], set()
+        kept, by_config, by_shard, by_labels, seen = [], [], [], [], set()
         for item in items:
             target = self._target(item)
             if target is None:
                 by_config.append(item)
                 self.deselected_per_file[str(item.path)] += 1
+                continue
+            if self.labels and not target.decision.selected_by(self.labels):
+                by_labels.append(item)
                 continue
             if marking.mode(target.decision, target.forced) == "skip":
                 if reported:
@@ -208,13 +218,16 @@ class ReuseSession:
                 item.stash[CPU_MOVE] = entry.edits.cpu_move
             if target.decision.bypasses_restrictions:
                 item.stash[BYPASS] = True
+            if target.decision.no_grad:
+                item.stash[NO_GRAD] = True
             kept.append(item)
-        if by_config or by_shard:
-            config.hook.pytest_deselected(items=by_config + by_shard)
+        if by_config or by_shard or by_labels:
+            config.hook.pytest_deselected(items=by_config + by_shard + by_labels)
         items[:] = kept
         self.counts.update(
             deselected_by_config=len(by_config) + self.skipped_by_config,
             deselected_by_shard=len(by_shard),
+            deselected_by_labels=len(by_labels),
         )
         if self.shard is not None:
             self.missing_ids = self.shard.found(seen)
@@ -278,6 +291,7 @@ class ReuseSession:
             time_limit(self.namespace.reuse_timeout, item.nodeid),
             on_cpu(item),
             restrictions_bypassed(item),
+            without_grad(item),
         ):
             return (yield)
 
@@ -304,6 +318,7 @@ class ReuseSession:
             stats = self.hooks.stats.as_dict()
             stats.update(self.counts)
             stats["missing_ids"] = self.missing_ids
+            stats["labels_selected"] = list(self.labels)
             for path, count in self.deselected_per_file.items():
                 stats["per_file"].setdefault(path, {})["deselected_by_config"] = count
             unmatched = self.rules.unmatched_patterns() if self.rules else []
@@ -379,6 +394,19 @@ def restrictions_bypassed(item: pytest.Item) -> Iterator[None]:
         yield
     finally:
         instance.__dict__.pop("bypass_device_restrictions", None)
+
+
+@contextlib.contextmanager
+def without_grad(item: pytest.Item) -> Iterator[None]:
+    """A `no_grad: true` test runs under ``torch.no_grad()`` (Torch Spyre's flag: a test
+    that never calls backward need not record a graph for ops without autograd formulas)."""
+    if not item.stash.get(NO_GRAD, False):
+        yield
+        return
+    import torch
+
+    with torch.no_grad():
+        yield
 
 
 def _arguments_on_cpu(method: Any) -> Any:
