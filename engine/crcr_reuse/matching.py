@@ -245,6 +245,15 @@ class FileRules:
             self.used_patterns.add(id(decision.pattern))
         return decision
 
+    def may_select(self, selection: tuple[str, ...]) -> bool:
+        """Whether a label selection can keep any test of the file (else it need not be
+        collected): some files entry's labels, or some tests entry's, are selected."""
+        return any(
+            selects(selection, entry.labels, (), entry.source)
+            or any(selects(selection, t.group_labels, t.labels, t.source) for t in entry.tests)
+            for entry in self.entries
+        )
+
     def bypasses_restrictions(self, cls: str, methods: Iterable[str]) -> bool:
         """Whether the config lifts upstream's device restrictions for any test of a class.
 

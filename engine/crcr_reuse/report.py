@@ -211,7 +211,8 @@ def summary_lines(
     if extra.get("labels_selected"):
         lines.append(
             f"not selected by labels {','.join(extra['labels_selected'])}: "
-            f"{extra.get('deselected_by_labels', 0)} deselected"
+            f"{extra.get('deselected_by_labels', 0)} deselected, "
+            f"{len(extra.get('files_deselected_by_labels', []))} files not collected"
         )
     if extra.get("deselected_by_shard"):
         lines.append(f"outside this shard's id list: {extra['deselected_by_shard']} deselected")

@@ -94,6 +94,8 @@ class ReuseSession:
         self.skipped_by_config = 0
         self._realpaths: dict[str, str] = {}
         self.labels = parse_selection(getattr(namespace, "reuse_labels", None) or ())
+        self.files_by_labels: set[str] = set()  # files no selected label can keep
+        self._chosen: dict[int, bool] = {}  # a decision's verdict under self.labels
 
     @classmethod
     def start(cls, namespace: argparse.Namespace) -> ReuseSession:
@@ -129,7 +131,17 @@ class ReuseSession:
     def default_paths(self) -> list[str]:
         if self.rules is None:
             return []
-        return self.shard.files if self.shard else self.rules.files
+        paths = self.shard.files if self.shard else self.rules.files
+        return [path for path in paths if not self._left_out_by_labels(path)]
+
+    def _left_out_by_labels(self, path: str) -> bool:
+        """Whether no selected label keeps a test of this (real) path: it is not
+        collected, since importing it would cost seconds for nothing (and counted)."""
+        file_rules = self.rules.for_file(path, resolved=True) if self.rules else None
+        if not self.labels or file_rules is None or file_rules.may_select(self.labels):
+            return False
+        self.files_by_labels.add(path)
+        return True
 
     @staticmethod
     def _shard(namespace: argparse.Namespace) -> ShardFilter | None:
@@ -175,7 +187,7 @@ class ReuseSession:
         path = os.path.realpath(collection_path)
         if not self.rules.lists_file(path) or (wanted is not None and path not in wanted):
             return True
-        return None
+        return True if self._left_out_by_labels(path) else None
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_collection_modifyitems(
@@ -192,7 +204,7 @@ class ReuseSession:
                 by_config.append(item)
                 self.deselected_per_file[str(item.path)] += 1
                 continue
-            if self.labels and not target.decision.selected_by(self.labels):
+            if self.labels and not self._chosen_by_labels(target.decision):
                 by_labels.append(item)
                 continue
             if marking.mode(target.decision, target.forced) == "skip":
@@ -231,6 +243,12 @@ class ReuseSession:
         )
         if self.shard is not None:
             self.missing_ids = self.shard.found(seen)
+
+    def _chosen_by_labels(self, decision: Decision) -> bool:
+        chosen = self._chosen.get(id(decision))
+        if chosen is None:
+            chosen = self._chosen[id(decision)] = decision.selected_by(self.labels)
+        return chosen
 
     def _keep_skipped(self, item: pytest.Item, target: Target, marking: Marking) -> None:
         """Keep a test the config skips, marked to be skipped: JUnit and the JSON report
@@ -319,6 +337,7 @@ class ReuseSession:
             stats.update(self.counts)
             stats["missing_ids"] = self.missing_ids
             stats["labels_selected"] = list(self.labels)
+            stats["files_deselected_by_labels"] = sorted(self.files_by_labels)
             for path, count in self.deselected_per_file.items():
                 stats["per_file"].setdefault(path, {})["deselected_by_config"] = count
             unmatched = self.rules.unmatched_patterns() if self.rules else []

@@ -57,6 +57,9 @@ test_suite_config:
         - names: [TestKeys::test_core_only]
           mode: mandatory_success
           labels: [core]
+    - path: test/test_core_file.py
+      labels: [core]
+      unlisted_test_mode: mandatory_success
   global:
     supported_dtypes: [{name: float32}, {name: float16, force_xfail: true}]
 """
@@ -67,6 +70,8 @@ def smoke_run(tmp_path_factory: pytest.TempPathFactory) -> Run:
     tree = tmp_path_factory.mktemp("spyre-keys")
     (tree / "test").mkdir()
     (tree / "test" / "test_keys.py").write_text(TEST_FILE)
+    # A file only `core` selects: importing it under `smoke` would break the run.
+    (tree / "test" / "test_core_file.py").write_text("raise RuntimeError('imported')\n")
     (tree / "pytest.ini").write_text("[pytest]\n")
     (tree / "cfg.yaml").write_text(CONFIG)
     return run_pytest(
@@ -82,8 +87,10 @@ def test_a_label_selection_deselects_the_tests_of_other_labels_and_counts_them(
     smoke_run: Run,
 ) -> None:
     assert "test_core_only_privateuseone" not in smoke_run.names()
-    assert smoke_run.report["collection"]["deselected_by_labels"] == 1
-    assert "not selected by labels smoke: 1 deselected" in smoke_run.output
+    collection = smoke_run.report["collection"]
+    assert collection["deselected_by_labels"] == 1
+    assert [Path(p).name for p in collection["files_deselected_by_labels"]] == ["test_core_file.py"]
+    assert "not selected by labels smoke: 1 deselected, 1 files not collected" in smoke_run.output
     smoke = smoke_run.by_name("test_smoke_only_privateuseone")
     assert smoke["outcome"] == "passed"
     assert {"testtype__core", "testtype__smoke"} <= set(smoke["markers"])
