@@ -3,9 +3,10 @@
 - ``validate CONFIG...``: load and merge; exit 2 with file:line:column errors.
 - ``merge CONFIG...``: print the merged config as YAML (comments are not kept).
 - ``explain TEST_ID --config CONFIG...``: which entry, mode and edits apply, and why.
-- ``list --config CONFIG...``: per file and mode, how many generic tests (static,
-  no torch); ``--collect`` runs pytest's collection through the plugin and counts
-  the generated tests instead.
+- ``list --config CONFIG... [--labels smoke,core]``: per file and mode, how many generic
+  tests (static, no torch); ``--collect`` runs pytest's collection through the plugin
+  and counts the generated tests instead; ``--labels`` counts only the tests a label
+  selection keeps (``labels.py``) and says how many it leaves out.
 - ``lint --config CONFIG... [--strict]``: collects like ``list --collect``, then one
   line per dead, duplicate, conflicting or variant-spelled name (``lint.py``);
   ``--strict`` makes any problem exit 1 (a CI step), else they are warnings.
@@ -34,6 +35,7 @@ from typing import Any
 import yaml
 
 from . import lint
+from .labels import parse_selection
 from .launcher import PytestRun, TestEnvironment
 from .loader import ConfigError, load_configs
 from .matching import Decision, Rules
@@ -86,6 +88,10 @@ def _parser() -> argparse.ArgumentParser:
         "--collect", action="store_true", help="count generated tests (imports torch)"
     )
     listing.add_argument("--device", help="device module for --collect")
+    listing.add_argument(
+        "--labels", action="append", default=[],
+        help="count only the tests these labels select (smoke,core; full; suite_<group>)",
+    )  # fmt: skip
     listing.set_defaults(handler=_list_command)
     lint = commands.add_parser(
         "lint", parents=[common], help="names that match nothing, repeat or conflict"
@@ -181,6 +187,8 @@ def config_document(config: Config) -> dict[str, Any]:
         item: dict[str, Any] = {"path": path, "unlisted_test_mode": entry.unlisted_test_mode}
         if entry.bypass_pos is not None:
             item["bypass_device_restrictions"] = entry.bypass_device_restrictions
+        if entry.labels != config.labels:  # a merge keeps each config's own
+            item["labels"] = list(entry.labels)
         if entry.tests:
             item["tests"] = [_test_document(test) for test in entry.tests]
         files.append(item)
@@ -226,6 +234,10 @@ def _test_document(test: Any) -> dict[str, Any]:
         item["tags"] = list(test.tags)
     if test.bypass_device_restrictions is not None:
         item["bypass_device_restrictions"] = test.bypass_device_restrictions
+    if test.labels:
+        item["labels"] = list(test.labels)
+    if test.no_grad:
+        item["no_grad"] = True
     edits = {}
     for kind in ("dtypes", "ops", "modules"):
         selection = getattr(test.edits, kind)
@@ -302,7 +314,12 @@ def explain_lines(
     for dtype in dtypes:
         verdict = "kept" if filters.dtype_allowed(dtype, (op,) if op else ()) else "filtered out"
         lines.append(f"variant dtype {dtype}: {verdict}")
-    tags = list(decision.tags) + [f"testtype__{label}" for label in config.labels]
+    if decision.labels or decision.no_grad:
+        lines.append(
+            f"labels: {', '.join(decision.labels) or '(none: full only)'}"
+            + ("; runs under torch.no_grad()" if decision.no_grad else "")
+        )
+    tags = list(decision.tags) + [f"testtype__{label}" for label in decision.labels]
     lines.append(
         f"markers: {', '.join(tags + [f'mode__{decision.mode}'])} (+ op__/dtype__/module__ per variant)"
     )
@@ -338,15 +355,22 @@ def _global_lines(config: Config) -> list[str]:
 
 
 def _list_command(config_: Config, args: argparse.Namespace) -> int:
-    rows = _collected_counts(config_, args) if args.collect else _static_counts(config_)
+    args.labels = parse_selection(args.labels)  # ValueError: exit 1 naming the label
+    rows = _collected_counts(config_, args) if args.collect else _static_counts(config_, args)
+    left_out = sum(counts.pop(LEFT_OUT, 0) for counts in rows.values())
     width = max([len(path) for path in rows] + [4])
     print(f"{'file':<{width}}  " + "  ".join(f"{mode:>17}" for mode in MODES))
     for path, counts in sorted(rows.items()):
         print(f"{path:<{width}}  " + "  ".join(f"{counts.get(mode, 0):>17}" for mode in MODES))
+    if args.labels:
+        print(f"not selected by labels {','.join(args.labels)}: {left_out} tests")
     return 0
 
 
-def _static_counts(config: Config) -> dict[str, Counter[str]]:
+LEFT_OUT = "(labels)"  # a row's count of tests the label selection leaves out
+
+
+def _static_counts(config: Config, args: argparse.Namespace) -> dict[str, Counter[str]]:
     rules = Rules(config)
     rows: dict[str, Counter[str]] = {}
     for path in rules.files:
@@ -354,7 +378,8 @@ def _static_counts(config: Config) -> dict[str, Counter[str]]:
         assert file_rules is not None
         counts: Counter[str] = Counter()
         for test in scan_file(path):
-            counts[file_rules.decide(test.cls, test.name).mode] += 1
+            decision = file_rules.decide(test.cls, test.name)
+            counts[decision.mode if decision.selected_by(args.labels) else LEFT_OUT] += 1
         rows[_shown_path(path)] = counts
     return rows
 
@@ -369,6 +394,8 @@ def _collected_counts(config: Config, args: argparse.Namespace) -> dict[str, Cou
         rows[_shown_path(path)]["skip"] += counts.get("skipped_variants", 0) + counts.get(
             "deselected_by_config", 0
         )
+    if document["collection"].get("deselected_by_labels"):
+        rows["(all files)"][LEFT_OUT] += document["collection"]["deselected_by_labels"]
     return rows
 
 
@@ -386,6 +413,7 @@ def collect_report(args: argparse.Namespace, every_file: bool = False) -> dict[s
             rootdir=Path(tmp),
             cwd=Path(tmp),
             extra_args=["-p", "no:django"],
+            labels=getattr(args, "labels", ()),
         )
         done = pytest.run(timeout=3600)
         if not os.path.exists(report) or (every_file and done.returncode not in (0, 5)):

@@ -19,8 +19,8 @@ from typing import Any
 import yaml
 
 from .inputs_reader import read_module
+from .labels import read_labels, resolve_labels
 from .schema import (
-    LABELS,
     MODES,
     NAME_FORM,
     TAG_FORM,
@@ -42,6 +42,8 @@ from .schema import (
 )
 
 TOKEN = re.compile(r"\$\{([^}]*)\}")
+FILE_KEYS = "path unlisted_test_mode bypass_device_restrictions labels tests description".split()  # noqa: SIM905
+TEST_KEYS = "names mode tags labels no_grad edits bypass_device_restrictions description".split()  # noqa: SIM905
 # Fields of torch-spyre's configs (same schema family) that crcr does not implement.
 SPYRE_ONLY = {
     "input_config": "torch-spyre's input generation settings",
@@ -198,11 +200,12 @@ class _Reader:
             top["test_suite_config"], "test_suite_config", ["labels", "files", "global"]
         )
         if "labels" in suite:
-            config.labels = tuple(self._labels(suite["labels"]))
+            config.labels = self._labels(suite["labels"])
         if "files" in suite:
             config.files = [self._file(node) for node in self.sequence(suite["files"], "files")]
         if "global" in suite:
             config.global_ = self._global(suite["global"])
+        resolve_labels(config, self.source)
         return config
 
     def _compose(self) -> yaml.Node | None:
@@ -218,22 +221,20 @@ class _Reader:
             self.problems.append((Pos(self.source, 1, 1), "the config is empty"))
         return root
 
-    def _labels(self, node: yaml.Node) -> list[str]:
-        labels = []
-        for item in self.sequence(node, "labels"):
-            label = self.choice(item, "a label", LABELS)
-            if label:
-                labels.append(label)
-        return labels
+    def _labels(self, node: yaml.Node) -> tuple[str, ...]:
+        return read_labels(self, node)  # labels.py
 
     def _file(self, node: yaml.Node) -> FileEntry:
         fields = self.mapping(
             node,
             "a files entry",
-            ["path", "unlisted_test_mode", "bypass_device_restrictions", "tests", "description"],
+            FILE_KEYS,
         )
         self._description(fields)
         entry = FileEntry(path="", pattern="", files=(), pos=self.pos(node))
+        if "labels" in fields:
+            entry.labels = self._labels(fields["labels"])
+            entry.labels_pos = self.pos(fields["labels"])
         if "path" not in fields:
             self.error(node, "a files entry needs a 'path'")
         else:
@@ -292,7 +293,7 @@ class _Reader:
         fields = self.mapping(
             node,
             "a tests entry",
-            ["names", "mode", "tags", "edits", "bypass_device_restrictions", "description"],
+            TEST_KEYS,
         )
         names = self._names(fields["names"]) if "names" in fields else ()
         if "names" not in fields:
@@ -312,6 +313,8 @@ class _Reader:
             edits=edits,
             reason=self._description(fields) or self._comment_above(node),
             bypass_device_restrictions=self.flag(fields, "bypass_device_restrictions"),
+            labels=self._labels(fields["labels"]) if "labels" in fields else (),
+            no_grad=bool(self.flag(fields, "no_grad")),
         )
 
     def _names(self, node: yaml.Node) -> tuple[NamePattern, ...]:

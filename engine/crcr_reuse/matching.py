@@ -22,6 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .labels import selects
 from .schema import (
     Config,
     DtypeSpec,
@@ -191,6 +192,26 @@ class Decision:
         return self.entry.tags if self.entry else ()
 
     @property
+    def labels(self) -> tuple[str, ...]:
+        """The test's labels (its ``testtype__`` markers): those of its files entry (or
+        config), then its tests entry's own."""
+        if self.entry is None:
+            return self.file_entry.labels
+        return tuple(dict.fromkeys(self.entry.group_labels + self.entry.labels))
+
+    def selected_by(self, selection: tuple[str, ...]) -> bool:
+        """Whether a label selection (``--reuse-labels``) keeps the test (``labels.py``)."""
+        if not selection:
+            return True
+        if self.entry is None:
+            return selects(selection, self.file_entry.labels, (), self.file_entry.source)
+        return selects(selection, self.entry.group_labels, self.entry.labels, self.entry.source)
+
+    @property
+    def no_grad(self) -> bool:
+        return self.entry is not None and self.entry.no_grad
+
+    @property
     def restrictions_lifted_by(self) -> Pos | None:
         """Where the config lifts upstream's device restrictions for this test (None: they
         hold): its tests entry's ``bypass_device_restrictions``, else its files entry's."""
@@ -223,6 +244,15 @@ class FileRules:
         if decision.pattern is not None:
             self.used_patterns.add(id(decision.pattern))
         return decision
+
+    def may_select(self, selection: tuple[str, ...]) -> bool:
+        """Whether a label selection can keep any test of the file (else it need not be
+        collected): some files entry's labels, or some tests entry's, are selected."""
+        return any(
+            selects(selection, entry.labels, (), entry.source)
+            or any(selects(selection, t.group_labels, t.labels, t.source) for t in entry.tests)
+            for entry in self.entries
+        )
 
     def bypasses_restrictions(self, cls: str, methods: Iterable[str]) -> bool:
         """Whether the config lifts upstream's device restrictions for any test of a class.

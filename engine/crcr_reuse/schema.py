@@ -14,7 +14,11 @@ if TYPE_CHECKING:
     from .inputs import ModuleInputs
 
 MODES = ("mandatory_success", "xfail", "xfail_strict", "skip")
-LABELS = ("smoke", "unit", "integration", "regression", "trunk")
+# Labels are free names (Torch Spyre's tiers: smoke, core, full, device_critical, ...);
+# these are the usual ones. `full` selects everything; `suite_<group>` is no label but a
+# selection by the config's folder or file name (``labels.py``).
+LABELS = ("smoke", "unit", "integration", "regression", "trunk", "core", "full")
+LABEL_FORM = re.compile(r"[A-Za-z][A-Za-z0-9_\-]*")
 DEFAULT_UNLISTED_MODE = "skip"
 TOKENS = ("TORCH_ROOT", "TORCH_DEVICE_ROOT")
 
@@ -179,6 +183,15 @@ class TestEntry:
     # True/False: this entry's tests do / do not ignore upstream's device restrictions;
     # None: the files entry decides (see ``FileEntry.bypass_device_restrictions``).
     bypass_device_restrictions: bool | None = None
+    # Torch Spyre's per-test labels: with a label selection, the entry's tests run only
+    # under a label they list (empty: whenever their file's labels are selected).
+    labels: tuple[str, ...] = ()
+    # The tests run under torch.no_grad() (Spyre: ops without an autograd formula).
+    no_grad: bool = False
+    # Set by the loader: the labels of the files entry or config this entry came from
+    # (they survive a merge of configs) and that config's path (``suite_<group>``).
+    group_labels: tuple[str, ...] = ()
+    source: str = ""
 
 
 @dataclass
@@ -195,6 +208,12 @@ class FileEntry:
     bypass_device_restrictions: bool = False
     bypass_pos: Pos | None = None
     tests: list[TestEntry] = field(default_factory=list)
+    # The labels its tests are selected by: the entry's own `labels` (Spyre writes the
+    # origin config's there when it merges configs), else its config's; and that
+    # config's path. Resolved by the loader.
+    labels: tuple[str, ...] = ()
+    labels_pos: Pos | None = None
+    source: str = ""
 
     @property
     def is_glob(self) -> bool:
