@@ -26,6 +26,7 @@ from .schema import (
     TAG_FORM,
     TOKENS,
     Config,
+    Description,
     DtypeSpec,
     Edits,
     FileEntry,
@@ -232,8 +233,9 @@ class _Reader:
             "a files entry",
             ["path", "unlisted_test_mode", "bypass_device_restrictions", "tests", "description"],
         )
-        self._description(fields)
-        entry = FileEntry(path="", pattern="", files=(), pos=self.pos(node))
+        entry = FileEntry(
+            path="", pattern="", files=(), pos=self.pos(node), description=self._description(fields)
+        )
         if "path" not in fields:
             self.error(node, "a files entry needs a 'path'")
         else:
@@ -304,14 +306,16 @@ class _Reader:
             self.error(node, f"a tests entry needs a 'mode' ({', '.join(MODES)})")
         tags = self._tags(fields["tags"]) if "tags" in fields else ()
         edits = self._edits(fields["edits"]) if "edits" in fields else Edits()
+        description = self._description(fields)
         return TestEntry(
             names=names,
             mode=mode or "mandatory_success",
             pos=self.pos(node),
             tags=tags,
             edits=edits,
-            reason=self._description(fields) or self._comment_above(node),
+            reason=description.text if description else self._comment_above(node),
             bypass_device_restrictions=self.flag(fields, "bypass_device_restrictions"),
+            description=description,
         )
 
     def _names(self, node: yaml.Node) -> tuple[NamePattern, ...]:
@@ -355,11 +359,13 @@ class _Reader:
                 tags.append(tag)
         return tuple(tags)
 
-    def _description(self, fields: dict[str, Any]) -> str:
-        """An item's `description` (accepted on every entry and item): its reason."""
+    def _description(self, fields: dict[str, Any]) -> Description | None:
+        """An item's `description` (accepted on every entry and item): its reason, kept
+        with the position of its text (None: absent or blank)."""
         if "description" not in fields:
-            return ""
-        return (self.string(fields["description"], "description") or "").strip()
+            return None
+        text = (self.string(fields["description"], "description") or "").strip()
+        return Description(text, self.pos(fields["description"])) if text else None
 
     def _comment_above(self, node: yaml.Node) -> str:
         """The comment lines right above an entry: its reason, by convention."""
@@ -374,20 +380,25 @@ class _Reader:
 
     def _edits(self, node: yaml.Node) -> Edits:
         fields = self.mapping(node, "edits", ["dtypes", "ops", "modules", "functions"])
+        cpu_move, described = (
+            self._cpu_move(fields["functions"]) if "functions" in fields else ((), ())
+        )
         return Edits(
             dtypes=self._selection(fields.get("dtypes"), "edits.dtypes", self._dtype),
             ops=self._selection(fields.get("ops"), "edits.ops", self._op),
             modules=self._selection(fields.get("modules"), "edits.modules", self._module),
-            cpu_move=self._cpu_move(fields["functions"]) if "functions" in fields else (),
+            cpu_move=cpu_move,
+            cpu_move_descriptions=described,
         )
 
-    def _cpu_move(self, node: yaml.Node) -> tuple[str, ...]:
-        """`functions: {cpu_move: [{name: assertEqual}, …]}`: method names of the test."""
+    def _cpu_move(self, node: yaml.Node) -> tuple[tuple[str, ...], tuple[Any, ...]]:
+        """`functions: {cpu_move: [{name: assertEqual}, …]}`: method names of the test, and
+        (name, description) of those with a description."""
         fields = self.mapping(node, "edits.functions", ["cpu_move"])
-        names = []
+        names, described = [], []
         for item in self.sequence(fields["cpu_move"], "cpu_move") if "cpu_move" in fields else []:
             method = self.mapping(item, "a cpu_move entry", ["name", "description"])
-            self._description(method)
+            description = self._description(method)
             if "name" not in method:
                 if isinstance(item, yaml.MappingNode):
                     self.error(item, "a cpu_move entry needs a 'name'")
@@ -397,7 +408,8 @@ class _Reader:
                 self.error(method["name"], f"'{name}' is not a method name")
             elif name is not None:
                 names.append(name)
-        return tuple(names)
+                described += [(name, description)] if description else []
+        return tuple(names), tuple(described)
 
     def _selection(self, node: yaml.Node | None, where: str, read_item: Any) -> Selection:
         if node is None:
@@ -415,7 +427,6 @@ class _Reader:
         fields = self.mapping(
             node, f"a dtype in {where}", ["name", "precision", "force_xfail", "description"]
         )
-        self._description(fields)
         if "name" not in fields:
             if isinstance(node, yaml.MappingNode):
                 self.error(node, f"a dtype in {where} needs a 'name'")
@@ -428,7 +439,10 @@ class _Reader:
         force = bool(self.flag(fields, "force_xfail"))
         if name is None:
             return None
-        return DtypeSpec(name=name, pos=self.pos(node), precision=precision, force_xfail=force)
+        return DtypeSpec(
+            name=name, pos=self.pos(node), precision=precision, force_xfail=force,
+            description=self._description(fields),
+        )  # fmt: skip
 
     def _precision(self, node: yaml.Node) -> Precision:
         fields = self.mapping(node, "precision", ["atol", "rtol"])
@@ -441,7 +455,6 @@ class _Reader:
         keys = ["name", "dtypes", "force_xfail", "description"]
         tagged = where == "edits.ops.include"  # an op's own markers: only where it is added
         fields = self.mapping(node, f"an op in {where}", keys + ["tags"] * tagged)
-        self._description(fields)
         name = self._dotted_name(fields, node, f"an op in {where}", "op")
         dtypes = None
         if "dtypes" in fields:
@@ -452,7 +465,10 @@ class _Reader:
         if name is None:
             return None
         name = name.removeprefix("torch.")
-        return OpSpec(name=name, pos=self.pos(node), dtypes=dtypes, force_xfail=force, tags=tags)
+        return OpSpec(
+            name=name, pos=self.pos(node), dtypes=dtypes, force_xfail=force, tags=tags,
+            description=self._description(fields),
+        )  # fmt: skip
 
     def _module(self, node: yaml.Node, where: str) -> ModuleSpec | None:
         return read_module(self, node, where)  # custom modules too (inputs_reader.py)
