@@ -103,7 +103,7 @@ def entry_lines(
 def _with_old_descriptions(decision: Decision, old: Any) -> Decision:
     """The decision with the descriptions of the entry it replaces carried over: an edits
     item (kind, way, name) it writes again keeps the description it had."""
-    found = {}
+    found: dict[tuple[str, ...], str] = {}
     old_edits = old.get("edits") if isinstance(old, CommentedMap) else None
     for kind, change in (old_edits or {}).items():
         for way, items in (change or {}).items() if isinstance(change, dict) else ():

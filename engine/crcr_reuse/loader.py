@@ -233,9 +233,7 @@ class _Reader:
             "a files entry",
             ["path", "unlisted_test_mode", "bypass_device_restrictions", "tests", "description"],
         )
-        entry = FileEntry(
-            path="", pattern="", files=(), pos=self.pos(node), description=self._description(fields)
-        )
+        entry = FileEntry("", "", (), self.pos(node), description=self._description(fields))
         if "path" not in fields:
             self.error(node, "a files entry needs a 'path'")
         else:
@@ -360,8 +358,7 @@ class _Reader:
         return tuple(tags)
 
     def _description(self, fields: dict[str, Any]) -> Description | None:
-        """An item's `description` (accepted on every entry and item): its reason, kept
-        with the position of its text (None: absent or blank)."""
+        """An entry's or item's `description` (its reason) at its text's position, or None."""
         if "description" not in fields:
             return None
         text = (self.string(fields["description"], "description") or "").strip()
@@ -380,20 +377,15 @@ class _Reader:
 
     def _edits(self, node: yaml.Node) -> Edits:
         fields = self.mapping(node, "edits", ["dtypes", "ops", "modules", "functions"])
-        cpu_move, described = (
-            self._cpu_move(fields["functions"]) if "functions" in fields else ((), ())
-        )
         return Edits(
             dtypes=self._selection(fields.get("dtypes"), "edits.dtypes", self._dtype),
             ops=self._selection(fields.get("ops"), "edits.ops", self._op),
             modules=self._selection(fields.get("modules"), "edits.modules", self._module),
-            cpu_move=cpu_move,
-            cpu_move_descriptions=described,
+            **(self._cpu_move(fields["functions"]) if "functions" in fields else {}),
         )
 
-    def _cpu_move(self, node: yaml.Node) -> tuple[tuple[str, ...], tuple[Any, ...]]:
-        """`functions: {cpu_move: [{name: assertEqual}, …]}`: method names of the test, and
-        (name, description) of those with a description."""
+    def _cpu_move(self, node: yaml.Node) -> dict[str, Any]:
+        """`functions: {cpu_move: [{name: assertEqual, description: …}, …]}`: Edits' fields."""
         fields = self.mapping(node, "edits.functions", ["cpu_move"])
         names, described = [], []
         for item in self.sequence(fields["cpu_move"], "cpu_move") if "cpu_move" in fields else []:
@@ -409,7 +401,7 @@ class _Reader:
             elif name is not None:
                 names.append(name)
                 described += [(name, description)] if description else []
-        return tuple(names), tuple(described)
+        return {"cpu_move": tuple(names), "cpu_move_descriptions": tuple(described)}
 
     def _selection(self, node: yaml.Node | None, where: str, read_item: Any) -> Selection:
         if node is None:
@@ -439,10 +431,7 @@ class _Reader:
         force = bool(self.flag(fields, "force_xfail"))
         if name is None:
             return None
-        return DtypeSpec(
-            name=name, pos=self.pos(node), precision=precision, force_xfail=force,
-            description=self._description(fields),
-        )  # fmt: skip
+        return DtypeSpec(name, self.pos(node), precision, force, self._description(fields))
 
     def _precision(self, node: yaml.Node) -> Precision:
         fields = self.mapping(node, "precision", ["atol", "rtol"])
@@ -465,10 +454,7 @@ class _Reader:
         if name is None:
             return None
         name = name.removeprefix("torch.")
-        return OpSpec(
-            name=name, pos=self.pos(node), dtypes=dtypes, force_xfail=force, tags=tags,
-            description=self._description(fields),
-        )  # fmt: skip
+        return OpSpec(name, self.pos(node), dtypes, force, tags, self._description(fields))
 
     def _module(self, node: yaml.Node, where: str) -> ModuleSpec | None:
         return read_module(self, node, where)  # custom modules too (inputs_reader.py)
