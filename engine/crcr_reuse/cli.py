@@ -34,12 +34,12 @@ from typing import Any
 
 import yaml
 
-from . import lint
+from . import lint, verdicts
 from .labels import parse_selection
 from .launcher import PytestRun, TestEnvironment
 from .loader import ConfigError, load_configs
 from .matching import Decision, Rules
-from .schema import MODES, Config, DtypeSpec, OpSpec
+from .schema import MODES, Config, DtypeSpec, Edits, OpSpec
 from .static_scan import resolve_test_id, scan_file
 
 
@@ -191,12 +191,12 @@ def config_document(config: Config) -> dict[str, Any]:
             item["labels"] = list(entry.labels)
         if entry.tests:
             item["tests"] = [_test_document(test) for test in entry.tests]
-        files.append(item)
+        files.append(_described(item, entry))
     document: dict[str, Any] = {"labels": list(config.labels), "files": files}
     section = {
         "supported_dtypes": _list(config.global_.supported_dtypes, _dtype_document),
         "supported_ops": _list(config.global_.supported_ops, _op_document),
-        "supported_modules": _list(config.global_.supported_modules, lambda m: m.name),
+        "supported_modules": _list(config.global_.supported_modules, _module_document),
     }
     section = {key: value for key, value in section.items() if value is not None}
     if section:
@@ -208,13 +208,27 @@ def _list(items: Any, convert: Any) -> Any:
     return None if items is None else [convert(item) for item in items]
 
 
+def _described(item: dict[str, Any], spec: Any) -> dict[str, Any]:
+    """The item with its ``description`` after its first key (its name or path), when it
+    has one: the loader keeps them all."""
+    if spec.description is None:
+        return item
+    first, *rest = item.items()
+    return dict([first, ("description", spec.description.text), *rest])
+
+
+def _module_document(module: Any) -> Any:
+    """A global module: its name as written, or a mapping when it carries a description."""
+    return module.name if module.description is None else _described({"name": module.name}, module)
+
+
 def _dtype_document(dtype: DtypeSpec) -> dict[str, Any]:
     item: dict[str, Any] = {"name": dtype.name}
     if dtype.precision:
         item["precision"] = {k: v for k, v in vars(dtype.precision).items() if v is not None}
     if dtype.force_xfail:
         item["force_xfail"] = True
-    return item
+    return _described(item, dtype)
 
 
 def _op_document(op: OpSpec) -> dict[str, Any]:
@@ -225,7 +239,7 @@ def _op_document(op: OpSpec) -> dict[str, Any]:
         item["force_xfail"] = True
     if op.tags:
         item["tags"] = list(op.tags)
-    return item
+    return _described(item, op)
 
 
 def _test_document(test: Any) -> dict[str, Any]:
@@ -244,8 +258,7 @@ def _test_document(test: Any) -> dict[str, Any]:
         convert: Any = {
             "dtypes": _dtype_document,
             "ops": _op_document,
-            # A custom module keeps its import path and inputs as written.
-            "modules": lambda m: {"name": m.name, **(m.inputs.document if m.inputs else {})},
+            "modules": lambda m: _described({"name": m.name}, m) | _module_inputs(m),
         }[kind]
         part = {
             k: [convert(x) for x in getattr(selection, k)]
@@ -255,10 +268,21 @@ def _test_document(test: Any) -> dict[str, Any]:
         if part:
             edits[kind] = part
     if test.edits.cpu_move:
-        edits["functions"] = {"cpu_move": [{"name": name} for name in test.edits.cpu_move]}
+        described = dict(test.edits.cpu_move_descriptions)
+        edits["functions"] = {
+            "cpu_move": [
+                {"name": name}
+                | ({"description": described[name].text} if name in described else {})
+                for name in test.edits.cpu_move
+            ]
+        }
     if edits:
         item["edits"] = edits
-    return item
+    return _described(item, test)
+
+
+def _module_inputs(module: Any) -> dict[str, Any]:
+    return module.inputs.document if module.inputs else {}
 
 
 def _explain(config: Config, args: argparse.Namespace) -> int:
@@ -273,6 +297,8 @@ def _explain(config: Config, args: argparse.Namespace) -> int:
         print(
             f"files entry: {entry.pos} path {entry.path} (unlisted_test_mode: {entry.unlisted_test_mode})"
         )
+        if entry.description:
+            print(f"  description ({entry.description.pos}): {entry.description.text}")
     decision = file_rules.decide(test.cls, test.name)
     for line in explain_lines(decision, config, test.parts()):
         print(line)
@@ -297,7 +323,9 @@ def explain_lines(
             f"matched: tests entry at {decision.entry.pos} by {kind} '{decision.pattern.text if decision.pattern else ''}'"
         )
     lines.append(f"mode: {decision.mode}")
-    lines.append(f"reason: {decision.reason}")
+    described = decision.entry.description if decision.entry else None
+    where = f"  (its description, {described.pos})" if described else ""
+    lines.append(f"reason: {decision.reason}{where}")
     lifted_by = decision.restrictions_lifted_by
     lines.append(
         f"device restrictions: bypassed (bypass_device_restrictions at {lifted_by})"
@@ -306,14 +334,7 @@ def explain_lines(
     )
     lines += _edit_lines(decision)
     lines += _global_lines(config)
-    op, dtypes = variant
-    filters = decision.filters
-    if op:
-        verdict = "kept" if filters.op_allowed((op, op)) else "filtered out"
-        lines.append(f"variant op {op}: {verdict}")
-    for dtype in dtypes:
-        verdict = "kept" if filters.dtype_allowed(dtype, (op,) if op else ()) else "filtered out"
-        lines.append(f"variant dtype {dtype}: {verdict}")
+    lines += _variant_lines(decision, config, variant)
     if decision.labels or decision.no_grad:
         lines.append(
             f"labels: {', '.join(decision.labels) or '(none: full only)'}"
@@ -323,6 +344,31 @@ def explain_lines(
     lines.append(
         f"markers: {', '.join(tags + [f'mode__{decision.mode}'])} (+ op__/dtype__/module__ per variant)"
     )
+    return lines
+
+
+def _variant_lines(
+    decision: Decision, config: Config, variant: tuple[str | None, list[str]]
+) -> list[str]:
+    """Each op, module and dtype of a generated variant: kept or filtered out, and under
+    it the config item that decided so, with its description (``verdicts.py``)."""
+    part, dtypes = variant
+    filters, edits = decision.filters, decision.entry.edits if decision.entry else Edits()
+    kind, names = verdicts.variant_names(part, edits, config) if part else ("op", ())
+    op_names = names if kind == "op" else ()
+    lines = []
+    if kind == "module":
+        verdict = "kept" if filters.module_allowed(names[0]) else "filtered out"
+        lines += [f"variant module {names[0]}: {verdict}"]
+        lines += [f"  {verdicts.module_verdict(names[0], edits, config)}"]
+    elif part:
+        verdict = "kept" if filters.op_allowed(op_names) else "filtered out"
+        lines += [f"variant op {part}: {verdict}", f"  {verdicts.op_verdict(names, edits, config)}"]
+    op = verdicts.op_item(op_names, edits, config) if op_names else None
+    for dtype in dtypes:
+        verdict = "kept" if filters.dtype_allowed(dtype, op_names) else "filtered out"
+        lines.append(f"variant dtype {dtype}: {verdict}")
+        lines.append(f"  {verdicts.dtype_verdict(dtype, op, edits, config)}")
     return lines
 
 
@@ -338,7 +384,7 @@ def _edit_lines(decision: Decision) -> list[str]:
                 lines.append(f"edits: {kind} {action} {', '.join(names)}")
     if decision.entry.edits.cpu_move:
         lines.append(f"edits: compared on the CPU: {', '.join(decision.entry.edits.cpu_move)}")
-    return lines
+    return lines + verdicts.described_items(decision.entry.edits)
 
 
 def _global_lines(config: Config) -> list[str]:

@@ -89,6 +89,17 @@ class Pos:
 
 
 @dataclass(frozen=True)
+class Description:
+    """An item's or entry's ``description``: why it is there, and where it is written."""
+
+    text: str
+    pos: Pos  # of the description's value
+
+    def __str__(self) -> str:
+        return self.text
+
+
+@dataclass(frozen=True)
 class Precision:
     atol: float | None = None
     rtol: float | None = None
@@ -100,6 +111,7 @@ class DtypeSpec:
     pos: Pos
     precision: Precision | None = None
     force_xfail: bool = False
+    description: Description | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -110,6 +122,7 @@ class OpSpec:
     force_xfail: bool = False
     # `edits.ops.include` only: markers of this op's generated variants (with the entry's).
     tags: tuple[str, ...] = ()
+    description: Description | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -119,6 +132,7 @@ class ModuleSpec:
     # `edits.modules.include` only: a custom module, built from its import path with the
     # config's inputs (``inputs.py``) instead of being looked up in module_db.
     inputs: ModuleInputs | None = field(default=None, compare=False)
+    description: Description | None = field(default=None, compare=False)
 
     @property
     def short(self) -> str:
@@ -145,6 +159,8 @@ class Edits:
     # `functions.cpu_move`: methods of the test (assertions such as `assertEqual`) that
     # get every tensor argument moved to the CPU first, so results compare on the host.
     cpu_move: tuple[str, ...] = ()
+    # The descriptions of `cpu_move` items, by method name (only those that have one).
+    cpu_move_descriptions: tuple[tuple[str, Description], ...] = ()
 
     def __bool__(self) -> bool:
         return bool(self.dtypes or self.ops or self.modules or self.cpu_move)
@@ -192,6 +208,8 @@ class TestEntry:
     # (they survive a merge of configs) and that config's path (``suite_<group>``).
     group_labels: tuple[str, ...] = ()
     source: str = ""
+    # Its `description` key (``reason`` falls back on the comment above the entry).
+    description: Description | None = None
 
 
 @dataclass
@@ -214,6 +232,7 @@ class FileEntry:
     labels: tuple[str, ...] = ()
     labels_pos: Pos | None = None
     source: str = ""
+    description: Description | None = None
 
     @property
     def is_glob(self) -> bool:
