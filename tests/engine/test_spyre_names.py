@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from crcr_reuse.cli import main
 from crcr_reuse.spyre import import_text
 
-from .conftest import Run, clean_env, heavy_run, run_pytest
+from .conftest import TREE, Run, clean_env, heavy_run, run_pytest
 
 OPS_FILE = '''\
 import functools
@@ -246,3 +247,26 @@ def test_the_importer_notes_nothing_where_both_pick_the_same_entry() -> None:
     _, report = import_text(SPYRE_CONFIG, "spyre.yaml")
     assert report.notes == []
     assert "per entry" not in report.text()
+
+
+def test_explain_finds_a_generated_method_by_its_own_name_then_its_source(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tree = make_tree(tmp_path)
+    text, _ = import_text(SPYRE_CONFIG, "spyre.yaml")
+    (tree / "run.yaml").write_text(text)
+    test_id = f"{tree}/tests/test_spyre_ops.py::TestOps::test_large_matmul_a"
+    assert main(["explain", "--config", str(tree / "run.yaml"), test_id]) == 0
+    assert "by regex (full match) 'TestOps::test_large_matmul.*'" in capsys.readouterr().out
+    # torch's @parametrize: the source method, named by the config, is found after.
+    (tree / "plain.yaml").write_text(
+        "test_suite_config:\n  files:\n    - path: ${TORCH_ROOT}/test/test_plain_reuse.py\n"
+        "      tests:\n        - names: [TestParametrizedPlain::test_arange_length]\n"
+        "          mode: xfail\n"
+    )
+    plain = f"{TREE}/test/test_plain_reuse.py::TestParametrizedPlain::test_arange_length_n_1"
+    explain = ["explain", "--config", str(tree / "plain.yaml"), "--torch-root", str(TREE)]
+    assert main([*explain, plain]) == 0
+    out = capsys.readouterr().out
+    assert "literal name 'TestParametrizedPlain::test_arange_length'" in out
+    assert "mode: xfail" in out
