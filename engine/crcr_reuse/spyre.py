@@ -133,9 +133,14 @@ class ImportReport:
     dropped: Counter[str] = field(default_factory=Counter)
     explicit: Counter[str] = field(default_factory=Counter)
     differs: Counter[str] = field(default_factory=Counter)
-    # Per tests entry: where crcr's name matching differs from Spyre's (``spyre_names.py``).
-    notes: list[str] = field(default_factory=list)
     configs: int = 0
+    # Tests entries by test file (as written), with their config: for ``notes``.
+    entries: dict[str, list[tuple[str, Any]]] = field(default_factory=dict, repr=False)
+
+    @property
+    def notes(self) -> list[str]:
+        """Per name: where crcr's name matching differs from Spyre's (``spyre_names.py``)."""
+        return [note for tests in self.entries.values() for note in entry_notes(tests)]
 
     def text(self) -> str:
         lines = [f"imported {self.configs} Torch Spyre config(s)"]
@@ -154,9 +159,10 @@ class ImportReport:
                     else "not read by Spyre's framework either"
                 )
                 lines.append(f"  {count:7d}  {key}: {why}")
-        if self.notes:
+        notes = self.notes
+        if notes:
             lines.append("per entry, where crcr's name matching differs from Spyre's:")
-            lines += [f"- {note}" for note in self.notes]
+            lines += [f"- {note}" for note in notes]
         return "\n".join(lines)
 
 
@@ -265,7 +271,8 @@ class _Importer:
         for test in entry.get("tests") or []:
             if isinstance(test, dict):
                 self.test(test, extra_tags)
-        self.report.notes += entry_notes(entry, self.source)
+        tests = [(self.source, t) for t in entry.get("tests") or [] if isinstance(t, dict)]
+        self.report.entries.setdefault(str(entry.get("path")), []).extend(tests)
 
     def test(self, test: Any, extra_tags: list[str]) -> None:
         self.drop(test, KEYS["test"], "tests")

@@ -9,7 +9,8 @@ it, else one with no dtype list, else the first) and merges their dtypes,
 modules and ``cpu_move`` edits (``tests/oot_framework/oot_test_base_common.py``,
 ``instantiate_test``). Read statically, a literal name shows it: every entry
 whose literal or pattern also names it is listed, when one of them has edits
-(without edits both pick the first entry alike). Overlaps of two patterns
+(without edits both pick the first entry alike), over every config imported
+together (both merge same-path entries in order). Overlaps of two patterns
 need the tests, and are not looked for.
 """
 
@@ -24,7 +25,7 @@ from .schema import is_regex
 
 @dataclass(frozen=True)
 class _Name:
-    entry: int  # the tests entry's index in its file
+    entry: int  # the tests entry's index among those naming its test file
     text: str
     cls: str | None
     method: str
@@ -32,27 +33,37 @@ class _Name:
     column: int
 
 
-def entry_notes(file_entry: Any, source: str) -> list[str]:
-    """One line per literal name several tests entries of ``file_entry`` name."""
-    tests = [t if isinstance(t, dict) else {} for t in file_entry.get("tests") or []]
-    names = [name for index, test in enumerate(tests) for name in _names(index, test)]
+def entry_notes(tests: list[tuple[str, Any]]) -> list[str]:
+    """One line per literal name that several of ``tests`` name, at the first literal
+    (the entry crcr applies); ``tests``: (config, tests entry) pairs of one test file,
+    over every config imported, in merge order."""
+    names = [name for index, (_, test) in enumerate(tests) for name in _names(index, test)]
     notes = []
-    for name in (n for n in names if not is_regex(n.text)):
+    literals = [n for n in names if not is_regex(n.text)]
+    for name in literals:
         others = sorted({n.entry for n in names if n.entry != name.entry and _names_it(n, name)})
-        if not others or not any(tests[i].get("edits") for i in [name.entry, *others]):
+        if any(n.entry < name.entry and _names_it(n, name) for n in literals):
+            continue  # noted once, at the literal crcr applies (the first)
+        if not others or not any(tests[i][1].get("edits") for i in [name.entry, *others]):
             continue
-        lines = ", ".join(str(_line(tests[i])) for i in others)
-        where = f"line {lines}" if len(others) == 1 else f"lines {lines}"
+        source = tests[name.entry][0]
+        places = [
+            str(_line(tests[i][1]))
+            if tests[i][0] == source
+            else f"{tests[i][0]}:{_line(tests[i][1])}"
+            for i in others
+        ]
+        where = f"line {places[0]}" if len(places) == 1 else f"lines {', '.join(places)}"
         notes.append(
             f"{source}:{name.line}:{name.column}: '{name.text}' is also named by the "
-            f"entry at {where}: crcr applies only the one it matches first (exact names before "
-            "patterns, in order); Spyre picks one per variant's dtype and merges their edits"
+            f"entry at {where}: crcr applies only this one (exact names before patterns, in "
+            "order); Spyre picks one per variant's dtype and merges their edits"
         )
     return notes
 
 
-def _names(index: int, test: dict[str, Any]) -> list[_Name]:
-    names = test.get("names")
+def _names(index: int, test: Any) -> list[_Name]:
+    names = test.get("names") if isinstance(test, dict) else None
     if not isinstance(names, list):
         return []
     found = []

@@ -237,8 +237,8 @@ def test_the_importer_notes_each_name_spyre_may_give_to_another_entry() -> None:
     assert text.splitlines()[-2:] == [
         "per entry, where crcr's name matching differs from Spyre's:",
         "- spyre.yaml:16:19: 'TestOps::test_large_matmul_b' is also named by the entry at "
-        "line 10: crcr applies only the one it matches first (exact names before patterns, "
-        "in order); Spyre picks one per variant's dtype and merges their edits",
+        "line 10: crcr applies only this one (exact names before patterns, in order); "
+        "Spyre picks one per variant's dtype and merges their edits",
     ]
     assert "7  names with a class part: crcr matches it against the test's class" in text
 
@@ -247,6 +247,25 @@ def test_the_importer_notes_nothing_where_both_pick_the_same_entry() -> None:
     _, report = import_text(SPYRE_CONFIG, "spyre.yaml")
     assert report.notes == []
     assert "per entry" not in report.text()
+
+
+def test_the_importer_notes_a_name_two_configs_give_once_at_the_entry_crcr_applies() -> None:
+    first = SPYRE_CONFIG.replace("        - names: [TestOps::test_reduce_keepdim0.*", (
+        "        - names: [TestOps::test_reduce_keepdim0_sum]\n"
+        "          edits: {dtypes: {include: [{name: float16}]}}\n"
+        "        - names: [TestOps::test_reduce_keepdim0.*"
+    ))  # fmt: skip
+    second = (
+        "test_suite_config:\n  files:\n    - path: tests/test_spyre_ops.py\n      tests:\n"
+        "        - names: [TestOps::test_reduce_keepdim0_sum]\n          mode: skip\n"
+    )
+    _, report = import_text(first, "a.yaml")
+    import_text(second, "b.yaml", report)  # imported together: merged in this order
+    assert report.notes == [
+        "a.yaml:14:19: 'TestOps::test_reduce_keepdim0_sum' is also named by the entry at lines "
+        "16, b.yaml:5: crcr applies only this one (exact names before patterns, in order); "
+        "Spyre picks one per variant's dtype and merges their edits"
+    ]
 
 
 def test_explain_finds_a_generated_method_by_its_own_name_then_its_source(
