@@ -40,7 +40,7 @@ from .launcher import PytestRun, TestEnvironment
 from .loader import ConfigError, load_configs
 from .matching import Decision, Rules
 from .schema import MODES, Config, DtypeSpec, Edits, OpSpec
-from .static_scan import resolve_test_id, scan_file
+from .static_scan import DEVICE_NAMES, TestId, resolve_test_id, scan_file
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -299,10 +299,19 @@ def _explain(config: Config, args: argparse.Namespace) -> int:
         )
         if entry.description:
             print(f"  description ({entry.description.pos}): {entry.description.text}")
-    decision = file_rules.decide(test.cls, test.name)
+    decision = file_rules.decide(test.cls, *_explained_names(test, args.test_id))
     for line in explain_lines(decision, config, test.parts()):
         print(line)
     return 0
+
+
+def _explained_names(test: TestId, given: str) -> tuple[str, str | None]:
+    """(name, source) to match: a device variant goes by its generic test; another
+    generated method (torch's @parametrize, a functools.wraps metaclass) by its own
+    name first, then the generic test the static scan found as a source."""
+    if not test.variant or set(test.variant.split("_")) & set(DEVICE_NAMES):
+        return test.name, None
+    return given.rsplit("::", 1)[-1], test.name
 
 
 def explain_lines(

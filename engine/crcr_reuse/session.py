@@ -29,6 +29,7 @@ from .labels import parse_selection
 from .loader import ConfigError, load_configs
 from .marking import PLACEHOLDER_VARIANTS, Marking
 from .matching import Decision, Rules
+from .names import test_names
 from .report import JsonReport, summary_lines
 from .static_scan import DEVICE_SUFFIX as DEVICE_CLASS
 from .timeouts import time_limit
@@ -268,14 +269,11 @@ class ReuseSession:
         fn = _function(item)
         cls = getattr(item, "cls", None)
         generic = _generic_class(cls)
-        name = getattr(fn, "__name__", item.name)  # the generic name (functools.wraps)
-        # A plain unittest method generated with functools.wraps carries the wrapped
-        # function's __name__; a config may name it by its attribute name instead.
-        attribute = None
-        if cls is not None and not DEVICE_CLASS.search(cls.__name__):
-            attribute = getattr(item, "originalname", None) or item.name
-        decision = file_rules.decide(generic, name, attribute)
-        test = f"{path}::{generic}::{name}" if generic else f"{path}::{name}"
+        names = test_names(item, fn, cls)
+        if names.base is not None:
+            file_rules.note_base_name(generic, names.base, names.name)
+        decision = file_rules.decide(generic, names.name, names.source)
+        test = f"{path}::{generic}::{names.key}" if generic else f"{path}::{names.key}"
         params = _param_kwargs(fn)
         if not params:
             return Target(path, decision, test)
@@ -341,9 +339,19 @@ class ReuseSession:
             for path, count in self.deselected_per_file.items():
                 stats["per_file"].setdefault(path, {})["deselected_by_config"] = count
             unmatched = self.rules.unmatched_patterns() if self.rules else []
+            rules = self.rules
             stats["unmatched_names"] = [f"{p.text} ({p.pos})" for p in unmatched]
             stats["unmatched"] = [
-                {"name": p.text, "config": p.pos.file, "line": p.pos.line, "column": p.pos.column}
+                {
+                    "name": p.text,
+                    "config": p.pos.file,
+                    "line": p.pos.line,
+                    "column": p.pos.column,
+                    "base_names": {
+                        base: sorted(set(methods))
+                        for base, methods in (rules.base_name_matches(p) if rules else [])
+                    },
+                }
                 for p in unmatched
             ]
             return stats

@@ -50,6 +50,7 @@ from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
 from .schema import LABEL_FORM, TAG_FORM
+from .spyre_names import entry_notes
 
 SPYRE_MODE = "mandatory_success"  # an entry without `mode`
 SPYRE_UNLISTED = "xfail"  # a file without `unlisted_test_mode`
@@ -129,6 +130,10 @@ CUSTOM_MODULE = (
     "edits.modules.include with module_path: crcr builds its inputs on the test's device, "
     "<config:…> as an instance, in its inputs' dtypes (Spyre: on the host, float32/float16)"
 )
+CLASS_PART = (
+    "names with a class part: crcr matches it against the test's class (Spyre ignores it); "
+    "both match the method by its attribute name"
+)
 NARROWING = (
     "edits.modules.include: crcr adds to the test's own @modules list (Spyre also narrows it "
     "to the included modules: narrow it with edits.modules.exclude or supported_modules)"
@@ -147,6 +152,13 @@ class ImportReport:
     explicit: Counter[str] = field(default_factory=Counter)
     differs: Counter[str] = field(default_factory=Counter)
     configs: int = 0
+    # Tests entries by test file (as written), with their config: for ``notes``.
+    entries: dict[str, list[tuple[str, Any]]] = field(default_factory=dict, repr=False)
+
+    @property
+    def notes(self) -> list[str]:
+        """Per name: where crcr's name matching differs from Spyre's (``spyre_names.py``)."""
+        return [note for tests in self.entries.values() for note in entry_notes(tests)]
 
     def text(self) -> str:
         lines = [f"imported {self.configs} Torch Spyre config(s)"]
@@ -165,6 +177,10 @@ class ImportReport:
                     else "not read by Spyre's framework either"
                 )
                 lines.append(f"  {count:7d}  {key}: {why}")
+        notes = self.notes
+        if notes:
+            lines.append("per entry, where crcr's name matching differs from Spyre's:")
+            lines += [f"- {note}" for note in notes]
         return "\n".join(lines)
 
 
@@ -192,7 +208,7 @@ def import_text(
         raise ImportProblem(f"{name}: not YAML ({error})") from None
     if not isinstance(document, dict) or "test_suite_config" not in document:
         raise ImportProblem(f"{name}: no top-level 'test_suite_config' (not a Spyre config)")
-    _Importer(report, known_op).document(document)
+    _Importer(report, known_op, name).document(document)
     report.configs += 1
     out = io.StringIO()
     _yaml().dump(document, out)
@@ -216,9 +232,15 @@ def _op_db_names() -> frozenset[str] | None:
 
 
 class _Importer:
-    def __init__(self, report: ImportReport, known_op: Callable[[str], bool | None] | None):
+    def __init__(
+        self,
+        report: ImportReport,
+        known_op: Callable[[str], bool | None] | None,
+        source: str = "",
+    ):
         self.report = report
         self.known_op = known_op
+        self.source = source
 
     def drop(self, mapping: Any, allowed: tuple[str, ...], place: str) -> None:
         for key in [k for k in mapping if k not in allowed]:
@@ -265,6 +287,8 @@ class _Importer:
         for test in entry.get("tests") or []:
             if isinstance(test, dict):
                 self.test(test)
+        tests = [(self.source, t) for t in entry.get("tests") or [] if isinstance(t, dict)]
+        self.report.entries.setdefault(str(entry.get("path")), []).extend(tests)
 
     def test(self, test: Any) -> None:
         self.drop(test, KEYS["test"], "tests")
@@ -300,6 +324,8 @@ class _Importer:
         if sep and not CLASS_LITERAL.fullmatch(cls):
             self.report.dropped["names.class_pattern"] += 1
             return method
+        if sep:
+            self.report.differs[CLASS_PART] += 1
         return name
 
     def edits(self, edits: Any) -> None:
