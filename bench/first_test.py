@@ -140,10 +140,15 @@ def dispatch(backend_id: int) -> None:
     from runs import dispatch as intake
     from runs.models import Backend, Dispatch
 
-    shared = Path(os.environ.get("CRCR_SHARED_DATA", ROOT.parent / "shared" / "data"))
-    payload = json.loads((shared / "webhooks" / "push.json").read_text())
-    payload = payload.get("payload", payload) if "name" in payload else payload
-    payload.update(ref="refs/heads/main", deleted=False, after=uuid.uuid4().hex[:20] * 2)
+    # GitHub's push payload as far as the intake and the gate read it.
+    payload = {
+        "ref": "refs/heads/main",
+        "before": "0" * 40,
+        "after": uuid.uuid4().hex[:20] * 2,
+        "created": False,
+        "deleted": False,
+        "repository": {"full_name": "pytorch/pytorch"},
+    }
     body = {"event_type": "push", "delivery_id": str(uuid.uuid4()), "payload": payload}
     backend = Backend.objects.get(pk=backend_id)
     intake.receive(backend, body, json.dumps(body).encode(), Dispatch.Source.CRCR)

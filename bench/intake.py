@@ -104,8 +104,8 @@ def wait_until_up(port: int, token: str) -> None:
 
 
 def dispatch_body() -> dict:
-    webhooks = Path(os.environ.get("CRCR_SHARED_DATA", ROOT.parent / "shared" / "data"))
-    payload = json.loads((webhooks / "webhooks" / "pull_request.closed.json").read_text())
+    # The real GitHub webhook the demo ships (demo/demo_data/): in every clone.
+    payload = json.loads((ROOT / "demo" / "demo_data" / "pull_request.closed.json").read_text())
     payload["action"] = "opened"  # recorded by the gate; the intake cost is what is measured
     return {"event_type": "pull_request", "delivery_id": "", "payload": payload}
 

@@ -115,7 +115,13 @@ PLANNERS: dict[str, Planner] = {
 def quality() -> tuple[dict[str, dict[int, list[float]]], list[str], int, int]:
     """Ratios per planner and shard count; the cases where crcr lost to and beat
     least_duration (plain LPT)."""
-    test_times = load_test_times(shared_data_dir() / "test-times.json")
+    data = shared_data_dir()
+    if data is None:
+        raise SystemExit(
+            "bench/sharding.py measures on PyTorch CI's real test-times.json: "
+            "set CRCR_SHARED_DATA or put shared/data beside the checkout"
+        )
+    test_times = load_test_times(data / "test-times.json")
     ratios: dict[str, dict[int, list[float]]] = {p: {m: [] for m in SHARD_COUNTS} for p in PLANNERS}
     losses, wins, balanced = [], 0, 0
     for job, configs in test_times.items():

@@ -99,12 +99,17 @@ def update_duration(previous: DurationStats | None, seconds: float) -> DurationS
 # --- seeds from PyTorch's test-times.json -------------------------------------------
 
 
-def shared_data_dir() -> Path:
-    """The shared data folder: `$CRCR_SHARED_DATA`, else `<repo>/../shared/data`."""
+def shared_data_dir() -> Path | None:
+    """PyTorch CI's real data (`test-times.json`, webhooks…), or None where it is absent.
+
+    The folder is `$CRCR_SHARED_DATA`, else `<repo>/../shared/data`; a clone alone has
+    neither, and a variable naming a missing folder counts as absent too, so callers
+    fall back to what the project ships or say the data is missing.
+    """
     configured = os.environ.get("CRCR_SHARED_DATA")
-    if configured:
-        return Path(configured)
-    return Path(__file__).resolve().parents[2] / "shared" / "data"
+    beside_the_checkout = Path(__file__).resolve().parents[2] / "shared" / "data"
+    folder = Path(configured) if configured else beside_the_checkout
+    return folder if folder.is_dir() else None
 
 
 TestTimes = dict[str, dict[str, dict[str, float]]]

@@ -3,6 +3,7 @@ import re
 from django import forms
 
 from runs.models import Backend
+from runs.triggers import TriggerError, label_selection
 from runs.upstream import SHA_RE
 
 RELEASE_RE = re.compile(r"^release/\d+\.\d+$")
@@ -16,6 +17,11 @@ class TriggerForm(forms.Form):
     target = forms.CharField(
         max_length=100, help_text="release/X.Y for a release, a 40-hex SHA for a manual run"
     )
+    labels = forms.CharField(
+        max_length=200, required=False,
+        help_text="run only the tests these labels select, as Torch Spyre's TEST_TYPE "
+        "(smoke, core, suite_<group>, a config label; comma-separated); empty: all",
+    )  # fmt: skip
 
     def clean(self) -> dict:
         data = super().clean() or {}
@@ -26,6 +32,10 @@ class TriggerForm(forms.Form):
         if kind == "manual" and not SHA_RE.match(target):
             self.add_error("target", f"{target!r} is not a 40-hex commit SHA")
         data["target"] = target
+        try:
+            data["labels"] = label_selection(data.get("labels") or "")
+        except TriggerError as error:
+            self.add_error("labels", str(error))
         return data
 
 

@@ -68,9 +68,11 @@ def write_config(run: Run) -> Path:
 
 
 def pytest_for(run: Run, tree: Path, environment: TestEnvironment | None = None) -> PytestRun:
-    """A pytest process of the run: its environment, its tree, its config."""
+    """A pytest process of the run: its environment, its tree, its config, and its
+    trigger's label selection (`--reuse-labels`)."""
     environment = environment or environment_for(run, tree)
-    return PytestRun(environment, tree, configs=[write_config(run)])
+    labels = tuple(label for label in run.trigger.labels.split(",") if label)
+    return PytestRun(environment, tree, configs=[write_config(run)], labels=labels)
 
 
 def collect(pytest: PytestRun) -> list[str]:

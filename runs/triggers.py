@@ -2,6 +2,7 @@
 
 from typing import Any
 
+from crcr_reuse.labels import parse_selection
 from django.db import transaction
 
 from runs import combinations
@@ -23,11 +24,14 @@ def start(
     ref: str = "",
     dispatch: Dispatch | None = None,
     user: Any = None,
+    labels: str = "",
 ) -> Trigger:
-    """Record the trigger and create its runs (one per combination) in one transaction."""
+    """Record the trigger and create its runs (one per combination) in one transaction.
+    ``labels``: the label selection its runs' tests are chosen by (empty: all)."""
     trigger = Trigger.objects.create(
-        backend=backend, kind=kind, pytorch_sha=sha, ref=ref, dispatch=dispatch, requested_by=user
-    )
+        backend=backend, kind=kind, pytorch_sha=sha, ref=ref, dispatch=dispatch,
+        requested_by=user, labels=labels,
+    )  # fmt: skip
     combinations.create_runs(trigger)
     return trigger
 
@@ -40,7 +44,11 @@ def start_nightly(backend: Backend, resolver: Resolver | None = None) -> Trigger
 
 
 def start_release(
-    backend: Backend, branch: str, user: Any = None, resolver: Resolver | None = None
+    backend: Backend,
+    branch: str,
+    user: Any = None,
+    resolver: Resolver | None = None,
+    labels: str = "",
 ) -> Trigger:
     if not branch.startswith(RELEASE_PREFIX):
         raise TriggerError(f"{branch!r} is not a release branch (release/X.Y)")
@@ -48,10 +56,18 @@ def start_release(
         sha = (resolver or get_resolver()).branch_head(branch)
     except UpstreamError as error:
         raise TriggerError(str(error)) from None
-    return start(backend, Trigger.Kind.RELEASE, sha, ref=branch, user=user)
+    return start(backend, Trigger.Kind.RELEASE, sha, ref=branch, user=user, labels=labels)
 
 
-def start_manual(backend: Backend, sha: str, user: Any = None) -> Trigger:
+def start_manual(backend: Backend, sha: str, user: Any = None, labels: str = "") -> Trigger:
     if not SHA_RE.match(sha):
         raise TriggerError(f"{sha!r} is not a 40-hex commit SHA")
-    return start(backend, Trigger.Kind.MANUAL, sha, user=user)
+    return start(backend, Trigger.Kind.MANUAL, sha, user=user, labels=labels)
+
+
+def label_selection(text: str) -> str:
+    """A trigger's labels as stored ("smoke,core"); TriggerError names a bad one."""
+    try:
+        return ",".join(parse_selection([text]))
+    except ValueError as error:
+        raise TriggerError(str(error)) from None

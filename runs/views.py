@@ -126,11 +126,12 @@ def trigger_create(request: HttpRequest) -> HttpResponse:
     form = TriggerForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         backend, target = form.cleaned_data["backend"], form.cleaned_data["target"]
+        labels = form.cleaned_data["labels"]
         try:
             if form.cleaned_data["kind"] == "release":
-                trigger = triggers.start_release(backend, target, user=request.user)
+                trigger = triggers.start_release(backend, target, user=request.user, labels=labels)
             else:
-                trigger = triggers.start_manual(backend, target, user=request.user)
+                trigger = triggers.start_manual(backend, target, user=request.user, labels=labels)
         except (triggers.TriggerError, UpstreamError) as error:
             form.add_error("target", str(error))
         else:

@@ -7,7 +7,10 @@ change are rewritten; every other line is copied byte for byte. Per decision:
 - an entry naming this test among others loses that name (rewritten), and
 - a new entry is added at the end of the file's `tests` (a new `files` entry,
   `unlisted_test_mode: skip`, when the config does not list the file yet);
-the comment block right above a written entry becomes `# Why: <reason>`.
+the comment block right above a written entry becomes `# Why: <reason>`. An entry
+rewritten in place keeps its descriptions: one with a `description` gets the decision's
+reason there (the loader reads a description before the comment above), and an edits
+item the decision names again keeps its own description.
 
 `standalone()` writes a fresh config for exactly a set of decisions (stage 4
 runs those), and `validate()` loads a text with the reuse framework's strict
@@ -16,6 +19,7 @@ loader against a test tree.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import tempfile
@@ -80,14 +84,52 @@ def flow(value: Any) -> str:
     return json.dumps(text)
 
 
-def entry_lines(decision: Decision, dash: int, names: Sequence[str] | None = None) -> list[str]:
+def entry_lines(
+    decision: Decision, dash: int, names: Sequence[str] | None = None, described: bool = False
+) -> list[str]:
+    """A tests entry's lines; ``described``: the reason as its `description` key, not as
+    the `# Why:` comment above it."""
     pad = " " * dash
-    lines = [f"{pad}# Why: {one_line(decision.reason)}"]
+    lines = [] if described else [f"{pad}# Why: {one_line(decision.reason)}"]
     lines.append(f"{pad}- names: {flow(list(names or [decision.name]))}")
     lines.append(f"{pad}  mode: {decision.mode}")
+    if described:
+        lines.append(f"{pad}  description: {flow(one_line(decision.reason))}")
     if decision.edits:
         lines.append(f"{pad}  edits: {flow(decision.edits)}")
     return lines
+
+
+def _with_old_descriptions(decision: Decision, old: Any) -> Decision:
+    """The decision with the descriptions of the entry it replaces carried over: an edits
+    item (kind, way, name) it writes again keeps the description it had."""
+    found: dict[tuple[str, ...], str] = {}
+    old_edits = old.get("edits") if isinstance(old, CommentedMap) else None
+    for kind, change in (old_edits or {}).items():
+        for way, items in (change or {}).items() if isinstance(change, dict) else ():
+            for item in items if isinstance(items, list) else ():
+                if isinstance(item, dict) and item.get("description") and item.get("name"):
+                    found[(kind, way, str(item["name"]))] = str(item["description"])
+    if not found:
+        return decision
+    edits = {
+        kind: {
+            way: [_described_item(item, found, (kind, way)) for item in items]
+            for way, items in change.items()
+        }
+        if isinstance(change, dict)
+        else change
+        for kind, change in decision.edits.items()
+    }
+    return dataclasses.replace(decision, edits=edits)
+
+
+def _described_item(item: Any, found: dict[tuple[str, ...], str], where: tuple[str, str]) -> Any:
+    description = found.get((*where, str(item.get("name")))) if isinstance(item, dict) else None
+    if description is None or "description" in item:
+        return item
+    name, *rest = item.items()
+    return dict([name, ("description", description), *rest])
 
 
 def one_line(text: str) -> str:
@@ -173,7 +215,11 @@ def _edit_file(
         comment_start = _comment_start(lines, start)
         item_dash = _indent(lines[start])
         if len(names) == 1:
-            edits.append(_Edit(comment_start, end, entry_lines(decision, item_dash)))
+            described = "description" in tests[found]
+            written = _with_old_descriptions(decision, tests[found])
+            edits.append(
+                _Edit(comment_start, end, entry_lines(written, item_dash, None, described))
+            )
             continue
         kept = [n for n in names if n != decision.name]
         rewritten = list(lines[comment_start:end])

@@ -3,6 +3,7 @@
 import os
 import shutil
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -101,6 +102,15 @@ def machine_token(db: Any) -> str:
     from tests.factories import make_token, make_user
 
     return make_token(make_user("relay-forwarder", role="machine"))
+
+
+@pytest.fixture(scope="session")
+def real_data() -> Path:
+    """PyTorch CI's real data folder (`shared/data`): a test whose point is the real file
+    takes it, and is skipped, always with the same reason, where the data is absent."""
+    from tests.data import real_data_dir
+
+    return real_data_dir()
 
 
 @pytest.fixture(scope="session")

@@ -1,16 +1,21 @@
-"""Dispatches derived from the real GitHub webhooks in shared/data/webhooks/."""
+"""Dispatches derived from GitHub webhooks: the project's own (tests/fixtures/webhooks/),
+so every test that needs one runs from a clone alone."""
 
 import copy
 import json
 import uuid
+from pathlib import Path
 from typing import Any
 
-from runs.durations import shared_data_dir
+from tests.data import FIXTURES
+
+WEBHOOKS = FIXTURES / "webhooks"
 
 
-def webhook(name: str) -> dict[str, Any]:
-    """A raw webhook payload (the `{name, id, payload}` files are unwrapped)."""
-    data = json.loads((shared_data_dir() / "webhooks" / f"{name}.json").read_text())
+def webhook(name: str, folder: Path = WEBHOOKS) -> dict[str, Any]:
+    """A raw webhook payload, `<folder>/<name>.json`; PyTorch CI's real files that wrap
+    it as `{name, id, payload}` are unwrapped."""
+    data = json.loads((folder / f"{name}.json").read_text())
     return data["payload"] if "payload" in data and "name" in data else data
 
 
@@ -21,7 +26,7 @@ def pr_dispatch(
     number: int = 4242,
     delivery_id: str | None = None,
 ) -> dict[str, Any]:
-    """A CRCR client_payload built from the real `pull_request.closed` webhook."""
+    """A CRCR client_payload built from the `pull_request.closed` webhook."""
     payload = copy.deepcopy(webhook("pull_request.closed"))
     payload["action"] = action
     pull = payload["pull_request"]

@@ -3,9 +3,10 @@
 - ``validate CONFIG...``: load and merge; exit 2 with file:line:column errors.
 - ``merge CONFIG...``: print the merged config as YAML (comments are not kept).
 - ``explain TEST_ID --config CONFIG...``: which entry, mode and edits apply, and why.
-- ``list --config CONFIG...``: per file and mode, how many generic tests (static,
-  no torch); ``--collect`` runs pytest's collection through the plugin and counts
-  the generated tests instead.
+- ``list --config CONFIG... [--labels smoke,core]``: per file and mode, how many generic
+  tests (static, no torch); ``--collect`` runs pytest's collection through the plugin
+  and counts the generated tests instead; ``--labels`` counts only the tests a label
+  selection keeps (``labels.py``) and says how many it leaves out.
 - ``lint --config CONFIG... [--strict]``: collects like ``list --collect``, then one
   line per dead, duplicate, conflicting or variant-spelled name (``lint.py``);
   ``--strict`` makes any problem exit 1 (a CI step), else they are warnings.
@@ -33,12 +34,13 @@ from typing import Any
 
 import yaml
 
-from . import lint
+from . import lint, verdicts
+from .labels import parse_selection
 from .launcher import PytestRun, TestEnvironment
 from .loader import ConfigError, load_configs
 from .matching import Decision, Rules
-from .schema import MODES, Config, DtypeSpec, OpSpec
-from .static_scan import resolve_test_id, scan_file
+from .schema import MODES, Config, DtypeSpec, Edits, OpSpec
+from .static_scan import DEVICE_NAMES, TestId, resolve_test_id, scan_file
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -86,6 +88,10 @@ def _parser() -> argparse.ArgumentParser:
         "--collect", action="store_true", help="count generated tests (imports torch)"
     )
     listing.add_argument("--device", help="device module for --collect")
+    listing.add_argument(
+        "--labels", action="append", default=[],
+        help="count only the tests these labels select (smoke,core; full; suite_<group>)",
+    )  # fmt: skip
     listing.set_defaults(handler=_list_command)
     lint = commands.add_parser(
         "lint", parents=[common], help="names that match nothing, repeat or conflict"
@@ -181,14 +187,16 @@ def config_document(config: Config) -> dict[str, Any]:
         item: dict[str, Any] = {"path": path, "unlisted_test_mode": entry.unlisted_test_mode}
         if entry.bypass_pos is not None:
             item["bypass_device_restrictions"] = entry.bypass_device_restrictions
+        if entry.labels != config.labels:  # a merge keeps each config's own
+            item["labels"] = list(entry.labels)
         if entry.tests:
             item["tests"] = [_test_document(test) for test in entry.tests]
-        files.append(item)
+        files.append(_described(item, entry))
     document: dict[str, Any] = {"labels": list(config.labels), "files": files}
     section = {
         "supported_dtypes": _list(config.global_.supported_dtypes, _dtype_document),
         "supported_ops": _list(config.global_.supported_ops, _op_document),
-        "supported_modules": _list(config.global_.supported_modules, lambda m: m.name),
+        "supported_modules": _list(config.global_.supported_modules, _module_document),
     }
     section = {key: value for key, value in section.items() if value is not None}
     if section:
@@ -200,13 +208,27 @@ def _list(items: Any, convert: Any) -> Any:
     return None if items is None else [convert(item) for item in items]
 
 
+def _described(item: dict[str, Any], spec: Any) -> dict[str, Any]:
+    """The item with its ``description`` after its first key (its name or path), when it
+    has one: the loader keeps them all."""
+    if spec.description is None:
+        return item
+    first, *rest = item.items()
+    return dict([first, ("description", spec.description.text), *rest])
+
+
+def _module_document(module: Any) -> Any:
+    """A global module: its name as written, or a mapping when it carries a description."""
+    return module.name if module.description is None else _described({"name": module.name}, module)
+
+
 def _dtype_document(dtype: DtypeSpec) -> dict[str, Any]:
     item: dict[str, Any] = {"name": dtype.name}
     if dtype.precision:
         item["precision"] = {k: v for k, v in vars(dtype.precision).items() if v is not None}
     if dtype.force_xfail:
         item["force_xfail"] = True
-    return item
+    return _described(item, dtype)
 
 
 def _op_document(op: OpSpec) -> dict[str, Any]:
@@ -217,7 +239,7 @@ def _op_document(op: OpSpec) -> dict[str, Any]:
         item["force_xfail"] = True
     if op.tags:
         item["tags"] = list(op.tags)
-    return item
+    return _described(item, op)
 
 
 def _test_document(test: Any) -> dict[str, Any]:
@@ -226,14 +248,17 @@ def _test_document(test: Any) -> dict[str, Any]:
         item["tags"] = list(test.tags)
     if test.bypass_device_restrictions is not None:
         item["bypass_device_restrictions"] = test.bypass_device_restrictions
+    if test.labels:
+        item["labels"] = list(test.labels)
+    if test.no_grad:
+        item["no_grad"] = True
     edits = {}
     for kind in ("dtypes", "ops", "modules"):
         selection = getattr(test.edits, kind)
         convert: Any = {
             "dtypes": _dtype_document,
             "ops": _op_document,
-            # A custom module keeps its import path and inputs as written.
-            "modules": lambda m: {"name": m.name, **(m.inputs.document if m.inputs else {})},
+            "modules": lambda m: _described({"name": m.name}, m) | _module_inputs(m),
         }[kind]
         part = {
             k: [convert(x) for x in getattr(selection, k)]
@@ -243,10 +268,21 @@ def _test_document(test: Any) -> dict[str, Any]:
         if part:
             edits[kind] = part
     if test.edits.cpu_move:
-        edits["functions"] = {"cpu_move": [{"name": name} for name in test.edits.cpu_move]}
+        described = dict(test.edits.cpu_move_descriptions)
+        edits["functions"] = {
+            "cpu_move": [
+                {"name": name}
+                | ({"description": described[name].text} if name in described else {})
+                for name in test.edits.cpu_move
+            ]
+        }
     if edits:
         item["edits"] = edits
-    return item
+    return _described(item, test)
+
+
+def _module_inputs(module: Any) -> dict[str, Any]:
+    return module.inputs.document if module.inputs else {}
 
 
 def _explain(config: Config, args: argparse.Namespace) -> int:
@@ -261,10 +297,21 @@ def _explain(config: Config, args: argparse.Namespace) -> int:
         print(
             f"files entry: {entry.pos} path {entry.path} (unlisted_test_mode: {entry.unlisted_test_mode})"
         )
-    decision = file_rules.decide(test.cls, test.name)
+        if entry.description:
+            print(f"  description ({entry.description.pos}): {entry.description.text}")
+    decision = file_rules.decide(test.cls, *_explained_names(test, args.test_id))
     for line in explain_lines(decision, config, test.parts()):
         print(line)
     return 0
+
+
+def _explained_names(test: TestId, given: str) -> tuple[str, str | None]:
+    """(name, source) to match: a device variant goes by its generic test; another
+    generated method (torch's @parametrize, a functools.wraps metaclass) by its own
+    name first, then the generic test the static scan found as a source."""
+    if not test.variant or set(test.variant.split("_")) & set(DEVICE_NAMES):
+        return test.name, None
+    return given.rsplit("::", 1)[-1], test.name
 
 
 def explain_lines(
@@ -285,7 +332,9 @@ def explain_lines(
             f"matched: tests entry at {decision.entry.pos} by {kind} '{decision.pattern.text if decision.pattern else ''}'"
         )
     lines.append(f"mode: {decision.mode}")
-    lines.append(f"reason: {decision.reason}")
+    described = decision.entry.description if decision.entry else None
+    where = f"  (its description, {described.pos})" if described else ""
+    lines.append(f"reason: {decision.reason}{where}")
     lifted_by = decision.restrictions_lifted_by
     lines.append(
         f"device restrictions: bypassed (bypass_device_restrictions at {lifted_by})"
@@ -294,18 +343,41 @@ def explain_lines(
     )
     lines += _edit_lines(decision)
     lines += _global_lines(config)
-    op, dtypes = variant
-    filters = decision.filters
-    if op:
-        verdict = "kept" if filters.op_allowed((op, op)) else "filtered out"
-        lines.append(f"variant op {op}: {verdict}")
-    for dtype in dtypes:
-        verdict = "kept" if filters.dtype_allowed(dtype, (op,) if op else ()) else "filtered out"
-        lines.append(f"variant dtype {dtype}: {verdict}")
-    tags = list(decision.tags) + [f"testtype__{label}" for label in config.labels]
+    lines += _variant_lines(decision, config, variant)
+    if decision.labels or decision.no_grad:
+        lines.append(
+            f"labels: {', '.join(decision.labels) or '(none: full only)'}"
+            + ("; runs under torch.no_grad()" if decision.no_grad else "")
+        )
+    tags = list(decision.tags) + [f"testtype__{label}" for label in decision.labels]
     lines.append(
         f"markers: {', '.join(tags + [f'mode__{decision.mode}'])} (+ op__/dtype__/module__ per variant)"
     )
+    return lines
+
+
+def _variant_lines(
+    decision: Decision, config: Config, variant: tuple[str | None, list[str]]
+) -> list[str]:
+    """Each op, module and dtype of a generated variant: kept or filtered out, and under
+    it the config item that decided so, with its description (``verdicts.py``)."""
+    part, dtypes = variant
+    filters, edits = decision.filters, decision.entry.edits if decision.entry else Edits()
+    kind, names = verdicts.variant_names(part, edits, config) if part else ("op", ())
+    op_names = names if kind == "op" else ()
+    lines = []
+    if kind == "module":
+        verdict = "kept" if filters.module_allowed(names[0]) else "filtered out"
+        lines += [f"variant module {names[0]}: {verdict}"]
+        lines += [f"  {verdicts.module_verdict(names[0], edits, config)}"]
+    elif part:
+        verdict = "kept" if filters.op_allowed(op_names) else "filtered out"
+        lines += [f"variant op {part}: {verdict}", f"  {verdicts.op_verdict(names, edits, config)}"]
+    op = verdicts.op_item(op_names, edits, config) if op_names else None
+    for dtype in dtypes:
+        verdict = "kept" if filters.dtype_allowed(dtype, op_names) else "filtered out"
+        lines.append(f"variant dtype {dtype}: {verdict}")
+        lines.append(f"  {verdicts.dtype_verdict(dtype, op, edits, config)}")
     return lines
 
 
@@ -321,7 +393,7 @@ def _edit_lines(decision: Decision) -> list[str]:
                 lines.append(f"edits: {kind} {action} {', '.join(names)}")
     if decision.entry.edits.cpu_move:
         lines.append(f"edits: compared on the CPU: {', '.join(decision.entry.edits.cpu_move)}")
-    return lines
+    return lines + verdicts.described_items(decision.entry.edits)
 
 
 def _global_lines(config: Config) -> list[str]:
@@ -338,15 +410,22 @@ def _global_lines(config: Config) -> list[str]:
 
 
 def _list_command(config_: Config, args: argparse.Namespace) -> int:
-    rows = _collected_counts(config_, args) if args.collect else _static_counts(config_)
+    args.labels = parse_selection(args.labels)  # ValueError: exit 1 naming the label
+    rows = _collected_counts(config_, args) if args.collect else _static_counts(config_, args)
+    left_out = sum(counts.pop(LEFT_OUT, 0) for counts in rows.values())
     width = max([len(path) for path in rows] + [4])
     print(f"{'file':<{width}}  " + "  ".join(f"{mode:>17}" for mode in MODES))
     for path, counts in sorted(rows.items()):
         print(f"{path:<{width}}  " + "  ".join(f"{counts.get(mode, 0):>17}" for mode in MODES))
+    if args.labels:
+        print(f"not selected by labels {','.join(args.labels)}: {left_out} tests")
     return 0
 
 
-def _static_counts(config: Config) -> dict[str, Counter[str]]:
+LEFT_OUT = "(labels)"  # a row's count of tests the label selection leaves out
+
+
+def _static_counts(config: Config, args: argparse.Namespace) -> dict[str, Counter[str]]:
     rules = Rules(config)
     rows: dict[str, Counter[str]] = {}
     for path in rules.files:
@@ -354,7 +433,8 @@ def _static_counts(config: Config) -> dict[str, Counter[str]]:
         assert file_rules is not None
         counts: Counter[str] = Counter()
         for test in scan_file(path):
-            counts[file_rules.decide(test.cls, test.name).mode] += 1
+            decision = file_rules.decide(test.cls, test.name)
+            counts[decision.mode if decision.selected_by(args.labels) else LEFT_OUT] += 1
         rows[_shown_path(path)] = counts
     return rows
 
@@ -369,6 +449,8 @@ def _collected_counts(config: Config, args: argparse.Namespace) -> dict[str, Cou
         rows[_shown_path(path)]["skip"] += counts.get("skipped_variants", 0) + counts.get(
             "deselected_by_config", 0
         )
+    if document["collection"].get("deselected_by_labels"):
+        rows["(all files)"][LEFT_OUT] += document["collection"]["deselected_by_labels"]
     return rows
 
 
@@ -386,6 +468,7 @@ def collect_report(args: argparse.Namespace, every_file: bool = False) -> dict[s
             rootdir=Path(tmp),
             cwd=Path(tmp),
             extra_args=["-p", "no:django"],
+            labels=getattr(args, "labels", ()),
         )
         done = pytest.run(timeout=3600)
         if not os.path.exists(report) or (every_file and done.returncode not in (0, 5)):

@@ -21,6 +21,7 @@ This is the portable path; it does not depend on torch 2.13's
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import importlib
@@ -35,6 +36,7 @@ from typing import Any
 from .idlist import ShardFilter
 from .marking import PLACEHOLDER_VARIANTS
 from .matching import Rules, VariantFilter
+from .names import GENERIC
 
 ONLY_FOR_ENV = "PYTORCH_TESTING_DEVICE_ONLY_FOR"
 
@@ -175,21 +177,29 @@ class DeviceTypeHooks:
         if path is None or file_rules is None:
             return  # a test file the config does not list: nothing is generated
         decision = file_rules.decide(generic_cls.__name__, name)
+        # A functools.wraps method (Spyre's ParameterizedTestMeta) carries its base
+        # function's __name__, which torch's wrappers copy: the name is the attribute.
+        base = getattr(test, "__name__", name)
+        if base != name:
+            file_rules.note_base_name(generic_cls.__name__, base, name)
         if self.shard is not None and not self.shard.wants_generic(path, cls.__name__, name):
             return
         if decision.mode == "skip":
             variants = _count_variants(cls, test, generic_cls)
             self.stats.add(path, skipped_generic=1, skipped_variants=variants)
             if self.placeholders:
-                setattr(cls, name, _placeholder(test, variants))
+                setattr(cls, name, _named(_placeholder(test, variants), name, base))
             return
         self._path = path
         prepared = self._prepare(cls, test, decision.filters)
-        before = len(vars(cls))
+        before = set(vars(cls)) if base != name else None
+        count = len(vars(cls))
         original(cls, name, prepared, generic_cls=generic_cls)
         # What each generated test is (op, dtype, module) stays in its own defaults
         # (torch's param_kwargs); the plugin reads it there at collection.
-        self.stats.add(path, generated=len(vars(cls)) - before)
+        self.stats.add(path, generated=len(vars(cls)) - count)
+        for attribute in set(vars(cls)) - before if before is not None else ():
+            _named(vars(cls)[attribute], name, base)
 
     def _prepare(self, cls: Any, test: Any, filters: VariantFilter) -> Any:
         if filters.trivial and not filters.has_precision:
@@ -431,6 +441,14 @@ def _placeholder(test: Any, variants: int) -> Any:
 
     setattr(placeholder, PLACEHOLDER_VARIANTS, variants)
     return placeholder
+
+
+def _named(fn: Any, name: str, base: str) -> Any:
+    """Tag a generated test with its generic attribute name when its __name__ differs."""
+    if base != name:
+        with contextlib.suppress(AttributeError, TypeError):
+            setattr(fn, GENERIC, name)
+    return fn
 
 
 def _count_variants(cls: Any, test: Any, generic_cls: Any) -> int:

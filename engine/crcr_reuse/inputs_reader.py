@@ -43,12 +43,13 @@ def read_module(reader: _Reader, node: yaml.Node, where: str) -> ModuleSpec | No
         return ModuleSpec(name=name, pos=reader.pos(node)) if name else None
     custom = CUSTOM_KEYS if where == "edits.modules.include" else ()
     fields = reader.mapping(node, f"a module in {where}", ["name", "description", *custom])
-    reader._description(fields)
     name = reader._dotted_name(fields, node, f"a module in {where}", "module")
     inputs = None
     if any(key in fields for key in CUSTOM_KEYS):
         inputs = _Inputs(reader).module(node, fields)
-    return ModuleSpec(name=name, pos=reader.pos(node), inputs=inputs) if name else None
+    if not name:
+        return None
+    return ModuleSpec(name, reader.pos(node), inputs, description=reader._description(fields))
 
 
 class _Inputs:

@@ -228,6 +228,7 @@ class PytestRun:
     resume: bool = False  # deselect the tests the progress log has an outcome for
     capture: OperatorCapture | None = None
     test_timeout: float | None = None  # the reuse plugin's per-test limit
+    labels: Sequence[str] = ()  # the reuse plugin's label selection (--reuse-labels)
     rootdir: Path | None = None
     cwd: Path | None = None
     extra_args: Sequence[str] = field(default=())
@@ -254,6 +255,8 @@ class PytestRun:
             args.append(f"--reuse-torch-root={self.tree}")
         if self.test_timeout is not None:
             args.append(f"--reuse-timeout={self.test_timeout:g}")
+        if self.labels:
+            args.append(f"--reuse-labels={','.join(self.labels)}")
         return args
 
     def argv(self) -> list[str]:

@@ -7,8 +7,11 @@ Problems, each tied to the name's place in its YAML:
    ``TestFooPRIVATEUSE1::…``): the plugin keys tests by their generic name, so
    the generic name is suggested instead;
 3. a *duplicate*: the same name twice among the entries of one test file;
-4. *conflicting modes*: the same name given two different modes for one file.
-Checks 3-4 read the config alone; 1-2 need the collection, which the CLI runs
+4. *conflicting modes*: the same name given two different modes for one file;
+5. a dead name that only a *base name* matches: the ``__name__`` a method generated
+   with ``functools.wraps`` (Spyre's ``ParameterizedTestMeta``) keeps from its base
+   function; tests go by their attribute names (``names.py``), so the methods are named.
+Checks 3-4 read the config alone; 1, 2 and 5 need the collection, which the CLI runs
 through the plugin exactly as ``list --collect`` does.
 """
 
@@ -32,7 +35,7 @@ def problems(config: Config, collection: dict[str, Any]) -> list[Problem]:
     """Every problem of a merged config, by position (``collection``: the JSON report's)."""
     # The collection ran elsewhere: a config's path may be spelled differently there.
     dead = {
-        (os.path.realpath(item["config"]), item["line"], item["column"])
+        (os.path.realpath(item["config"]), item["line"], item["column"]): item.get("base_names")
         for item in collection["unmatched"]
     }
     found, repeated = _repeated_names(config)
@@ -42,12 +45,22 @@ def problems(config: Config, collection: dict[str, Any]) -> list[Problem]:
         key = (os.path.realpath(pos.file), pos.line, pos.column)
         if key in dead and id(pattern) not in repeated:
             generic = generic_name(pattern, file_entry)
-            if generic is not None:
+            if dead[key]:
+                message = _base_names_only(pattern, dead[key])
+            elif generic is not None:
                 message = f"'{pattern.text}' names a generated variant: write the generic name '{generic}'"
             else:
                 message = f"dead name '{pattern.text}': it matches no collected test"
             found.append(Problem(pos, message))
     return sorted(found, key=lambda p: (p.pos.file, p.pos.line, p.pos.column))
+
+
+def _base_names_only(pattern: NamePattern, bases: dict[str, list[str]]) -> str:
+    found = "; ".join(f"'{base}' of {', '.join(methods)}" for base, methods in bases.items())
+    return (
+        f"'{pattern.text}' matches only the base name {found} (functools.wraps): "
+        "tests go by their attribute names, as in Torch Spyre"
+    )
 
 
 def _names(config: Config) -> list[tuple[FileEntry, TestEntry, NamePattern]]:

@@ -19,13 +19,14 @@ from typing import Any
 import yaml
 
 from .inputs_reader import read_module
+from .labels import read_labels, resolve_labels
 from .schema import (
-    LABELS,
     MODES,
     NAME_FORM,
     TAG_FORM,
     TOKENS,
     Config,
+    Description,
     DtypeSpec,
     Edits,
     FileEntry,
@@ -42,6 +43,8 @@ from .schema import (
 )
 
 TOKEN = re.compile(r"\$\{([^}]*)\}")
+FILE_KEYS = "path unlisted_test_mode bypass_device_restrictions labels tests description".split()  # noqa: SIM905
+TEST_KEYS = "names mode tags labels no_grad edits bypass_device_restrictions description".split()  # noqa: SIM905
 # Fields of torch-spyre's configs (same schema family) that crcr does not implement.
 SPYRE_ONLY = {
     "input_config": "torch-spyre's input generation settings",
@@ -198,11 +201,12 @@ class _Reader:
             top["test_suite_config"], "test_suite_config", ["labels", "files", "global"]
         )
         if "labels" in suite:
-            config.labels = tuple(self._labels(suite["labels"]))
+            config.labels = self._labels(suite["labels"])
         if "files" in suite:
             config.files = [self._file(node) for node in self.sequence(suite["files"], "files")]
         if "global" in suite:
             config.global_ = self._global(suite["global"])
+        resolve_labels(config, self.source)
         return config
 
     def _compose(self) -> yaml.Node | None:
@@ -218,22 +222,19 @@ class _Reader:
             self.problems.append((Pos(self.source, 1, 1), "the config is empty"))
         return root
 
-    def _labels(self, node: yaml.Node) -> list[str]:
-        labels = []
-        for item in self.sequence(node, "labels"):
-            label = self.choice(item, "a label", LABELS)
-            if label:
-                labels.append(label)
-        return labels
+    def _labels(self, node: yaml.Node) -> tuple[str, ...]:
+        return read_labels(self, node)  # labels.py
 
     def _file(self, node: yaml.Node) -> FileEntry:
         fields = self.mapping(
             node,
             "a files entry",
-            ["path", "unlisted_test_mode", "bypass_device_restrictions", "tests", "description"],
+            FILE_KEYS,
         )
-        self._description(fields)
-        entry = FileEntry(path="", pattern="", files=(), pos=self.pos(node))
+        entry = FileEntry("", "", (), self.pos(node), description=self._description(fields))
+        if "labels" in fields:
+            entry.labels = self._labels(fields["labels"])
+            entry.labels_pos = self.pos(fields["labels"])
         if "path" not in fields:
             self.error(node, "a files entry needs a 'path'")
         else:
@@ -292,7 +293,7 @@ class _Reader:
         fields = self.mapping(
             node,
             "a tests entry",
-            ["names", "mode", "tags", "edits", "bypass_device_restrictions", "description"],
+            TEST_KEYS,
         )
         names = self._names(fields["names"]) if "names" in fields else ()
         if "names" not in fields:
@@ -304,14 +305,18 @@ class _Reader:
             self.error(node, f"a tests entry needs a 'mode' ({', '.join(MODES)})")
         tags = self._tags(fields["tags"]) if "tags" in fields else ()
         edits = self._edits(fields["edits"]) if "edits" in fields else Edits()
+        description = self._description(fields)
         return TestEntry(
             names=names,
             mode=mode or "mandatory_success",
             pos=self.pos(node),
             tags=tags,
             edits=edits,
-            reason=self._description(fields) or self._comment_above(node),
+            reason=description.text if description else self._comment_above(node),
             bypass_device_restrictions=self.flag(fields, "bypass_device_restrictions"),
+            labels=self._labels(fields["labels"]) if "labels" in fields else (),
+            no_grad=bool(self.flag(fields, "no_grad")),
+            description=description,
         )
 
     def _names(self, node: yaml.Node) -> tuple[NamePattern, ...]:
@@ -355,11 +360,12 @@ class _Reader:
                 tags.append(tag)
         return tuple(tags)
 
-    def _description(self, fields: dict[str, Any]) -> str:
-        """An item's `description` (accepted on every entry and item): its reason."""
+    def _description(self, fields: dict[str, Any]) -> Description | None:
+        """An entry's or item's `description` (its reason) at its text's position, or None."""
         if "description" not in fields:
-            return ""
-        return (self.string(fields["description"], "description") or "").strip()
+            return None
+        text = (self.string(fields["description"], "description") or "").strip()
+        return Description(text, self.pos(fields["description"])) if text else None
 
     def _comment_above(self, node: yaml.Node) -> str:
         """The comment lines right above an entry: its reason, by convention."""
@@ -378,16 +384,16 @@ class _Reader:
             dtypes=self._selection(fields.get("dtypes"), "edits.dtypes", self._dtype),
             ops=self._selection(fields.get("ops"), "edits.ops", self._op),
             modules=self._selection(fields.get("modules"), "edits.modules", self._module),
-            cpu_move=self._cpu_move(fields["functions"]) if "functions" in fields else (),
+            **(self._cpu_move(fields["functions"]) if "functions" in fields else {}),
         )
 
-    def _cpu_move(self, node: yaml.Node) -> tuple[str, ...]:
-        """`functions: {cpu_move: [{name: assertEqual}, …]}`: method names of the test."""
+    def _cpu_move(self, node: yaml.Node) -> dict[str, Any]:
+        """`functions: {cpu_move: [{name: assertEqual, description: …}, …]}`: Edits' fields."""
         fields = self.mapping(node, "edits.functions", ["cpu_move"])
-        names = []
+        names, described = [], []
         for item in self.sequence(fields["cpu_move"], "cpu_move") if "cpu_move" in fields else []:
             method = self.mapping(item, "a cpu_move entry", ["name", "description"])
-            self._description(method)
+            description = self._description(method)
             if "name" not in method:
                 if isinstance(item, yaml.MappingNode):
                     self.error(item, "a cpu_move entry needs a 'name'")
@@ -397,7 +403,8 @@ class _Reader:
                 self.error(method["name"], f"'{name}' is not a method name")
             elif name is not None:
                 names.append(name)
-        return tuple(names)
+                described += [(name, description)] if description else []
+        return {"cpu_move": tuple(names), "cpu_move_descriptions": tuple(described)}
 
     def _selection(self, node: yaml.Node | None, where: str, read_item: Any) -> Selection:
         if node is None:
@@ -415,7 +422,6 @@ class _Reader:
         fields = self.mapping(
             node, f"a dtype in {where}", ["name", "precision", "force_xfail", "description"]
         )
-        self._description(fields)
         if "name" not in fields:
             if isinstance(node, yaml.MappingNode):
                 self.error(node, f"a dtype in {where} needs a 'name'")
@@ -428,7 +434,7 @@ class _Reader:
         force = bool(self.flag(fields, "force_xfail"))
         if name is None:
             return None
-        return DtypeSpec(name=name, pos=self.pos(node), precision=precision, force_xfail=force)
+        return DtypeSpec(name, self.pos(node), precision, force, self._description(fields))
 
     def _precision(self, node: yaml.Node) -> Precision:
         fields = self.mapping(node, "precision", ["atol", "rtol"])
@@ -441,7 +447,6 @@ class _Reader:
         keys = ["name", "dtypes", "force_xfail", "description"]
         tagged = where == "edits.ops.include"  # an op's own markers: only where it is added
         fields = self.mapping(node, f"an op in {where}", keys + ["tags"] * tagged)
-        self._description(fields)
         name = self._dotted_name(fields, node, f"an op in {where}", "op")
         dtypes = None
         if "dtypes" in fields:
@@ -452,7 +457,7 @@ class _Reader:
         if name is None:
             return None
         name = name.removeprefix("torch.")
-        return OpSpec(name=name, pos=self.pos(node), dtypes=dtypes, force_xfail=force, tags=tags)
+        return OpSpec(name, self.pos(node), dtypes, force, tags, self._description(fields))
 
     def _module(self, node: yaml.Node, where: str) -> ModuleSpec | None:
         return read_module(self, node, where)  # custom modules too (inputs_reader.py)

@@ -53,8 +53,7 @@ def marker_names(
 
 
 class Marking:
-    def __init__(self, labels: tuple[str, ...]):
-        self.labels = labels
+    def __init__(self) -> None:
         self._decision_parts: dict[tuple[int, str | None, tuple[str, ...]], Part] = {}
         self._variant_parts: dict[tuple[Any, ...], Part] = {}
         self._marks: dict[str, pytest.MarkDecorator] = {}
@@ -95,7 +94,9 @@ class Marking:
             mode = self.mode(decision, forced)
             reason = forced if mode != decision.mode and forced else decision.reason
             tags = tuple(dict.fromkeys(decision.tags + op_tags))
-            names = list(tags) + [f"testtype__{label}" for label in self.labels]
+            # The test's own labels: its files entry's (or config's) and its entry's.
+            labels = decision.labels
+            names = list(tags) + [f"testtype__{label}" for label in labels]
             decorators = [self._mark(name) for name in names + [f"mode__{mode}"]]
             if mode in ("xfail", "xfail_strict"):
                 decorators.append(
@@ -108,6 +109,7 @@ class Marking:
                 ("mode", mode),
                 ("crcr_test", test),
                 ("crcr_tags", " ".join(tags)),
+                ("crcr_labels", " ".join(labels)),
                 ("crcr_entry", json.dumps(entry) if entry else ""),
                 ("crcr_reason", reason),
             )

@@ -4,7 +4,8 @@ Rules: files entries with the same expanded ``path`` combine their tests (in
 config order); ``labels`` and the ``global`` lists union; a scalar set twice to
 different values is a conflict naming both places: ``unlisted_test_mode`` and
 ``bypass_device_restrictions``, a dtype's precision or force_xfail, an op's dtypes,
-and the mode of a literal test name listed twice for the same file.
+and the mode of a literal test name listed twice for the same file. A files entry's or
+a global item's ``description`` is the first config's that gives one.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ def _combine_file(target: FileEntry, entry: FileEntry, problems: list[tuple[Pos,
     _combine_setting(target, entry, "unlisted_test_mode", "unlisted_pos", problems)
     _combine_setting(target, entry, "bypass_device_restrictions", "bypass_pos", problems)
     target.tests.extend(entry.tests)
+    target.description = target.description or entry.description
 
 
 def _combine_setting(
@@ -141,5 +143,8 @@ def _union(
                 problems.append(
                     (item.pos, f"conflicting settings for {what} '{name}' (also at {earlier})")  # type: ignore[attr-defined]
                 )
+            if name in result and not getattr(result[name], "description", True):
+                # The same item described in a later config only: its description is kept.
+                result[name] = dataclasses.replace(result[name], description=item.description)  # type: ignore[type-var,attr-defined]
             result.setdefault(name, item)
     return tuple(result.values())

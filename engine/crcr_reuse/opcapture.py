@@ -33,6 +33,8 @@ from typing import Any
 
 import pytest
 
+from .names import test_names
+
 DEVICE_SUFFIX = re.compile(r"(CPU|CUDA|META|MPS|XPU|HPU|LAZY|PRIVATEUSE1|PRIVATEUSEONE)$")
 GRAPH_OP = re.compile(r"torch\.ops\.(\w+)\.(\w+)\.(\w+)")
 COMPILE_NAMES = frozenset({"compile", "optimize", "compile_fx"})
@@ -223,7 +225,8 @@ class Capture:
             "node_id": item.nodeid,
             "file": _relative(str(item.path), self.root),
             "class": meta.generic_class if meta is not None else generic_class,
-            "test": meta.generic_test if meta is not None else getattr(fn, "__name__", item.name),
+            # Keyed as configs name it: a functools.wraps method by its attribute name.
+            "test": meta.generic_test if meta is not None else test_names(item, fn, cls).key,
             "opinfo": getattr(op, "full_name", "") or getattr(op, "name", "")
             if op is not None
             else "",

@@ -6,7 +6,7 @@ options and imports neither torch nor the rest of this package.
 
     pytest -p crcr_reuse --reuse-config cfg.yaml [--reuse-config more.yaml] \\
         [--reuse-device MODULE] [--reuse-ids shard.txt] [--reuse-json report.json] \\
-        [--reuse-timeout SECONDS] [--junitxml junit.xml] [-n 2]
+        [--reuse-timeout SECONDS] [--reuse-labels smoke,core] [--junitxml junit.xml] [-n 2]
 """
 
 from __future__ import annotations
@@ -44,6 +44,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--reuse-device-root",
         metavar="DIR",
         help="value of ${TORCH_DEVICE_ROOT} (default: $TORCH_DEVICE_ROOT)",
+    )
+    group.addoption(
+        "--reuse-labels",
+        action="append",
+        default=[],
+        metavar="LABELS",
+        help="run only the tests these labels select (comma-separated, as Torch Spyre's "
+        "TEST_TYPE): full (all), suite_<group> (configs in folder <group>), or a label of "
+        "the configs' labels; the rest are deselected and counted",
     )
     group.addoption(
         "--reuse-timeout",

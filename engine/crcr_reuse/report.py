@@ -127,6 +127,8 @@ def _from_properties(
 ) -> dict[str, Any]:
     dtypes = tuple(props["dtype"].split(",")) if props.get("dtype") else ()
     tags = tuple(props.get("crcr_tags", "").split())
+    # A test's own labels (a merge of configs keeps each file's); else the run's.
+    labels = tuple(props["crcr_labels"].split()) if "crcr_labels" in props else labels
     markers = marker_names(
         props.get("op"), dtypes, props.get("module"), tags, labels, props.get("mode", "")
     )
@@ -206,6 +208,12 @@ def summary_lines(
     lines.append(
         f"filtered out by dtype/op/module rules: {stats.get('filtered_variants', 0)} variants"
     )
+    if extra.get("labels_selected"):
+        lines.append(
+            f"not selected by labels {','.join(extra['labels_selected'])}: "
+            f"{extra.get('deselected_by_labels', 0)} deselected, "
+            f"{len(extra.get('files_deselected_by_labels', []))} files not collected"
+        )
     if extra.get("deselected_by_shard"):
         lines.append(f"outside this shard's id list: {extra['deselected_by_shard']} deselected")
     for missing in extra.get("missing_ids", [])[:20]:

@@ -14,7 +14,11 @@ if TYPE_CHECKING:
     from .inputs import ModuleInputs
 
 MODES = ("mandatory_success", "xfail", "xfail_strict", "skip")
-LABELS = ("smoke", "unit", "integration", "regression", "trunk")
+# Labels are free names (Torch Spyre's tiers: smoke, core, full, device_critical, ...);
+# these are the usual ones. `full` selects everything; `suite_<group>` is no label but a
+# selection by the config's folder or file name (``labels.py``).
+LABELS = ("smoke", "unit", "integration", "regression", "trunk", "core", "full")
+LABEL_FORM = re.compile(r"[A-Za-z][A-Za-z0-9_\-]*")
 DEFAULT_UNLISTED_MODE = "skip"
 TOKENS = ("TORCH_ROOT", "TORCH_DEVICE_ROOT")
 
@@ -85,6 +89,17 @@ class Pos:
 
 
 @dataclass(frozen=True)
+class Description:
+    """An item's or entry's ``description``: why it is there, and where it is written."""
+
+    text: str
+    pos: Pos  # of the description's value
+
+    def __str__(self) -> str:
+        return self.text
+
+
+@dataclass(frozen=True)
 class Precision:
     atol: float | None = None
     rtol: float | None = None
@@ -96,6 +111,7 @@ class DtypeSpec:
     pos: Pos
     precision: Precision | None = None
     force_xfail: bool = False
+    description: Description | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -106,6 +122,7 @@ class OpSpec:
     force_xfail: bool = False
     # `edits.ops.include` only: markers of this op's generated variants (with the entry's).
     tags: tuple[str, ...] = ()
+    description: Description | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -115,6 +132,7 @@ class ModuleSpec:
     # `edits.modules.include` only: a custom module, built from its import path with the
     # config's inputs (``inputs.py``) instead of being looked up in module_db.
     inputs: ModuleInputs | None = field(default=None, compare=False)
+    description: Description | None = field(default=None, compare=False)
 
     @property
     def short(self) -> str:
@@ -141,6 +159,8 @@ class Edits:
     # `functions.cpu_move`: methods of the test (assertions such as `assertEqual`) that
     # get every tensor argument moved to the CPU first, so results compare on the host.
     cpu_move: tuple[str, ...] = ()
+    # The descriptions of `cpu_move` items, by method name (only those that have one).
+    cpu_move_descriptions: tuple[tuple[str, Description], ...] = ()
 
     def __bool__(self) -> bool:
         return bool(self.dtypes or self.ops or self.modules or self.cpu_move)
@@ -179,6 +199,17 @@ class TestEntry:
     # True/False: this entry's tests do / do not ignore upstream's device restrictions;
     # None: the files entry decides (see ``FileEntry.bypass_device_restrictions``).
     bypass_device_restrictions: bool | None = None
+    # Torch Spyre's per-test labels: with a label selection, the entry's tests run only
+    # under a label they list (empty: whenever their file's labels are selected).
+    labels: tuple[str, ...] = ()
+    # The tests run under torch.no_grad() (Spyre: ops without an autograd formula).
+    no_grad: bool = False
+    # Set by the loader: the labels of the files entry or config this entry came from
+    # (they survive a merge of configs) and that config's path (``suite_<group>``).
+    group_labels: tuple[str, ...] = ()
+    source: str = ""
+    # Its `description` key (``reason`` falls back on the comment above the entry).
+    description: Description | None = None
 
 
 @dataclass
@@ -195,6 +226,13 @@ class FileEntry:
     bypass_device_restrictions: bool = False
     bypass_pos: Pos | None = None
     tests: list[TestEntry] = field(default_factory=list)
+    # The labels its tests are selected by: the entry's own `labels` (Spyre writes the
+    # origin config's there when it merges configs), else its config's; and that
+    # config's path. Resolved by the loader.
+    labels: tuple[str, ...] = ()
+    labels_pos: Pos | None = None
+    source: str = ""
+    description: Description | None = None
 
     @property
     def is_glob(self) -> bool:

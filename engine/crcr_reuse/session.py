@@ -25,9 +25,11 @@ from typing import Any
 import pytest
 
 from .idlist import ShardFilter, normalize_class
+from .labels import parse_selection
 from .loader import ConfigError, load_configs
 from .marking import PLACEHOLDER_VARIANTS, Marking
 from .matching import Decision, Rules
+from .names import test_names
 from .report import JsonReport, summary_lines
 from .static_scan import DEVICE_SUFFIX as DEVICE_CLASS
 from .timeouts import time_limit
@@ -37,6 +39,8 @@ ENV_DEVICE = "CRCR_REUSE_DEVICE"
 CPU_MOVE = pytest.StashKey[tuple[str, ...]]()
 # A collected test whose config entry says `bypass_device_restrictions: true`.
 BYPASS = pytest.StashKey[bool]()
+# A collected test whose config entry says `no_grad: true`.
+NO_GRAD = pytest.StashKey[bool]()
 DEFAULT_DEVICE = "crcr_reuse.reference_device"
 MARKER_HELP = (
     "op__NAME: a generated test of OpInfo NAME (crcr reuse)",
@@ -90,6 +94,9 @@ class ReuseSession:
         self.deselected_per_file: Counter[str] = Counter()
         self.skipped_by_config = 0
         self._realpaths: dict[str, str] = {}
+        self.labels = parse_selection(getattr(namespace, "reuse_labels", None) or ())
+        self.files_by_labels: set[str] = set()  # files no selected label can keep
+        self._chosen: dict[int, bool] = {}  # a decision's verdict under self.labels
 
     @classmethod
     def start(cls, namespace: argparse.Namespace) -> ReuseSession:
@@ -107,7 +114,10 @@ class ReuseSession:
                     f"crcr reuse: invalid config, nothing collected\n{error}"
                 ) from None
         device = namespace.reuse_device or os.environ.get(ENV_DEVICE) or DEFAULT_DEVICE
-        session = cls(namespace, rules, device)
+        try:
+            session = cls(namespace, rules, device)
+        except ValueError as error:  # a bad --reuse-labels value
+            raise pytest.UsageError(f"crcr reuse: --reuse-labels: {error}") from None
         if not session.controller:
             from .devicetype import DeviceTypeHooks, prepare_device
 
@@ -122,7 +132,17 @@ class ReuseSession:
     def default_paths(self) -> list[str]:
         if self.rules is None:
             return []
-        return self.shard.files if self.shard else self.rules.files
+        paths = self.shard.files if self.shard else self.rules.files
+        return [path for path in paths if not self._left_out_by_labels(path)]
+
+    def _left_out_by_labels(self, path: str) -> bool:
+        """Whether no selected label keeps a test of this (real) path: it is not
+        collected, since importing it would cost seconds for nothing (and counted)."""
+        file_rules = self.rules.for_file(path, resolved=True) if self.rules else None
+        if not self.labels or file_rules is None or file_rules.may_select(self.labels):
+            return False
+        self.files_by_labels.add(path)
+        return True
 
     @staticmethod
     def _shard(namespace: argparse.Namespace) -> ShardFilter | None:
@@ -168,7 +188,7 @@ class ReuseSession:
         path = os.path.realpath(collection_path)
         if not self.rules.lists_file(path) or (wanted is not None and path not in wanted):
             return True
-        return None
+        return True if self._left_out_by_labels(path) else None
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_collection_modifyitems(
@@ -176,14 +196,17 @@ class ReuseSession:
     ) -> None:
         if self.rules is None:
             return
-        marking = Marking(self.rules.config.labels)
+        marking = Marking()
         reported = reports_skips(config.option)
-        kept, by_config, by_shard, seen = [], [], [], set()
+        kept, by_config, by_shard, by_labels, seen = [], [], [], [], set()
         for item in items:
             target = self._target(item)
             if target is None:
                 by_config.append(item)
                 self.deselected_per_file[str(item.path)] += 1
+                continue
+            if self.labels and not self._chosen_by_labels(target.decision):
+                by_labels.append(item)
                 continue
             if marking.mode(target.decision, target.forced) == "skip":
                 if reported:
@@ -208,16 +231,25 @@ class ReuseSession:
                 item.stash[CPU_MOVE] = entry.edits.cpu_move
             if target.decision.bypasses_restrictions:
                 item.stash[BYPASS] = True
+            if target.decision.no_grad:
+                item.stash[NO_GRAD] = True
             kept.append(item)
-        if by_config or by_shard:
-            config.hook.pytest_deselected(items=by_config + by_shard)
+        if by_config or by_shard or by_labels:
+            config.hook.pytest_deselected(items=by_config + by_shard + by_labels)
         items[:] = kept
         self.counts.update(
             deselected_by_config=len(by_config) + self.skipped_by_config,
             deselected_by_shard=len(by_shard),
+            deselected_by_labels=len(by_labels),
         )
         if self.shard is not None:
             self.missing_ids = self.shard.found(seen)
+
+    def _chosen_by_labels(self, decision: Decision) -> bool:
+        chosen = self._chosen.get(id(decision))
+        if chosen is None:
+            chosen = self._chosen[id(decision)] = decision.selected_by(self.labels)
+        return chosen
 
     def _keep_skipped(self, item: pytest.Item, target: Target, marking: Marking) -> None:
         """Keep a test the config skips, marked to be skipped: JUnit and the JSON report
@@ -237,14 +269,11 @@ class ReuseSession:
         fn = _function(item)
         cls = getattr(item, "cls", None)
         generic = _generic_class(cls)
-        name = getattr(fn, "__name__", item.name)  # the generic name (functools.wraps)
-        # A plain unittest method generated with functools.wraps carries the wrapped
-        # function's __name__; a config may name it by its attribute name instead.
-        attribute = None
-        if cls is not None and not DEVICE_CLASS.search(cls.__name__):
-            attribute = getattr(item, "originalname", None) or item.name
-        decision = file_rules.decide(generic, name, attribute)
-        test = f"{path}::{generic}::{name}" if generic else f"{path}::{name}"
+        names = test_names(item, fn, cls)
+        if names.base is not None:
+            file_rules.note_base_name(generic, names.base, names.name)
+        decision = file_rules.decide(generic, names.name, names.source)
+        test = f"{path}::{generic}::{names.key}" if generic else f"{path}::{names.key}"
         params = _param_kwargs(fn)
         if not params:
             return Target(path, decision, test)
@@ -278,6 +307,7 @@ class ReuseSession:
             time_limit(self.namespace.reuse_timeout, item.nodeid),
             on_cpu(item),
             restrictions_bypassed(item),
+            without_grad(item),
         ):
             return (yield)
 
@@ -304,12 +334,24 @@ class ReuseSession:
             stats = self.hooks.stats.as_dict()
             stats.update(self.counts)
             stats["missing_ids"] = self.missing_ids
+            stats["labels_selected"] = list(self.labels)
+            stats["files_deselected_by_labels"] = sorted(self.files_by_labels)
             for path, count in self.deselected_per_file.items():
                 stats["per_file"].setdefault(path, {})["deselected_by_config"] = count
             unmatched = self.rules.unmatched_patterns() if self.rules else []
+            rules = self.rules
             stats["unmatched_names"] = [f"{p.text} ({p.pos})" for p in unmatched]
             stats["unmatched"] = [
-                {"name": p.text, "config": p.pos.file, "line": p.pos.line, "column": p.pos.column}
+                {
+                    "name": p.text,
+                    "config": p.pos.file,
+                    "line": p.pos.line,
+                    "column": p.pos.column,
+                    "base_names": {
+                        base: sorted(set(methods))
+                        for base, methods in (rules.base_name_matches(p) if rules else [])
+                    },
+                }
                 for p in unmatched
             ]
             return stats
@@ -379,6 +421,19 @@ def restrictions_bypassed(item: pytest.Item) -> Iterator[None]:
         yield
     finally:
         instance.__dict__.pop("bypass_device_restrictions", None)
+
+
+@contextlib.contextmanager
+def without_grad(item: pytest.Item) -> Iterator[None]:
+    """A `no_grad: true` test runs under ``torch.no_grad()`` (Torch Spyre's flag: a test
+    that never calls backward need not record a graph for ops without autograd formulas)."""
+    if not item.stash.get(NO_GRAD, False):
+        yield
+        return
+    import torch
+
+    with torch.no_grad():
+        yield
 
 
 def _arguments_on_cpu(method: Any) -> Any:

@@ -10,8 +10,10 @@ a Spyre config so crcr's loader reads it and selects what Spyre's framework woul
   the name then matches the method in every class, as in Spyre;
 - `supported_ops` / `supported_modules` written as plain strings become `{name: …}`;
   an empty `supported_ops: []` (Spyre: no filter) is dropped (crcr: nothing supported);
-- labels outside crcr's tiers (`full`, `core`, …) are kept as tags `testtype__<label>`
-  on every tests entry (Spyre marks each test so);
+- `labels` of the suite, a files entry (Spyre writes the origin config's there when it
+  merges configs) and a tests entry stay: crcr selects by them as Spyre's TEST_TYPE does
+  (`--reuse-labels`, ``labels.py``) and marks each test `testtype__<label>`; a label
+  that is no label name (or a `suite_…` selection) is dropped; `no_grad` stays;
 - `edits.ops.include`: a model-op item (with `sample_inputs_func` or `kwargs`: Spyre runs
   it only in its own model-ops test) is dropped; an item that only names an op stays, with
   its `tags` (crcr adds the op to the test's `@ops` list and marks its variants with them)
@@ -21,6 +23,9 @@ a Spyre config so crcr's loader reads it and selects what Spyre's framework woul
   `constructor_inputs` / `forward_inputs` / `sample_inputs_func` (crcr builds them:
   ``inputs.py``); inputs of an item without `module_path` are dropped (Spyre ignores
   them too); `sample_inputs_func` beside `forward_inputs` is dropped (Spyre reads the latter);
+  an input tensor's `device_layout` (Spyre's on-device tiling) is dropped, and a module
+  whose inputs crcr cannot build (`init: file`, `config_path`, `model_id`, `cache`, a
+  module argument) is dropped whole, each counted in the report;
 - `description` stays: crcr reads it as the entry's reason; `functions.cpu_move` stays
   (crcr moves the listed methods' tensor arguments to the CPU for the listed tests only,
   where Spyre patches the test's whole class).
@@ -44,7 +49,8 @@ from typing import Any
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
-from .schema import LABELS, TAG_FORM
+from .schema import LABEL_FORM, TAG_FORM
+from .spyre_names import entry_notes
 
 SPYRE_MODE = "mandatory_success"  # an entry without `mode`
 SPYRE_UNLISTED = "xfail"  # a file without `unlisted_test_mode`
@@ -53,9 +59,20 @@ SPYRE_UNLISTED = "xfail"  # a file without `unlisted_test_mode`
 WHY = {
     "cases": "model-op cases (Spyre's model-ops test only)",
     "global.input_config": "Spyre's input seeds for its model-ops samples",
-    "files.labels": "per-file labels (Spyre fills them when it merges configs)",
-    "tests.labels": "per-entry TEST_TYPE filter of Spyre's runner",
-    "tests.no_grad": "Spyre's no_grad wrapper",
+    "labels.invalid": "labels that are no label name (or a suite_<group> selection)",
+    "edits.modules.include.inputs.device_layout": "Spyre's on-device tiling of an input "
+    "tensor (device_size, stride_map, device_dtype): the reference device keeps a tensor "
+    "as plain strided memory, so it is built from its shape and stride alone",
+    "edits.modules.include.inputs.init_file": "modules with tensors loaded from files "
+    "(init: file): crcr builds inputs only from the config",
+    "edits.modules.include.inputs.config_path": "modules with a HuggingFace config "
+    "argument (config_path + config_kwargs): crcr builds `<config:…>` values only",
+    "edits.modules.include.inputs.model_id": "modules with a pretrained model argument "
+    "(model_id): crcr does not download models",
+    "edits.modules.include.inputs.cache": "modules with a primed KV cache argument: crcr "
+    "has no cache spec",
+    "edits.modules.include.inputs.module_path": "modules with an inner module argument: "
+    "crcr builds the tested module only",
     "edits.ops.include": "model-op items (sample inputs): Spyre runs them only in its model-ops test",
     "edits.ops.include.not_in_op_db": "op includes naming no op of torch's op_db",
     "edits.ops.include.dtypes": "never read by Spyre on an op include",
@@ -78,8 +95,8 @@ WHY = {
 }
 KEYS = {
     "suite": ("labels", "files", "global"),
-    "file": ("path", "unlisted_test_mode", "tests", "description"),
-    "test": ("names", "mode", "tags", "edits", "description"),
+    "file": ("path", "unlisted_test_mode", "labels", "tests", "description"),
+    "test": ("names", "mode", "tags", "labels", "no_grad", "edits", "description"),
     "edits": ("dtypes", "ops", "modules", "functions"),
     "dtype": ("name", "precision", "force_xfail", "description"),
     "op": ("name", "dtypes", "force_xfail", "description"),
@@ -98,6 +115,8 @@ KEYS = {
 CLASS_LITERAL = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 MODEL_OP_KEYS = ("sample_inputs_func", "kwargs")  # what makes an op include a model-op item
 MODULE_INPUTS = ("constructor_inputs", "forward_inputs", "sample_inputs_func")
+# Input arguments of Spyre's custom modules that crcr does not build.
+UNBUILT_ARGUMENTS = ("config_path", "model_id", "cache", "module_path")
 # Kept with crcr's own meaning (the report's "differs" lines).
 OP_KEPT = (
     "edits.ops.include of an op in torch's op_db: crcr adds it to the test's @ops list, its "
@@ -110,6 +129,10 @@ OP_UNCHECKED = (
 CUSTOM_MODULE = (
     "edits.modules.include with module_path: crcr builds its inputs on the test's device, "
     "<config:…> as an instance, in its inputs' dtypes (Spyre: on the host, float32/float16)"
+)
+CLASS_PART = (
+    "names with a class part: crcr matches it against the test's class (Spyre ignores it); "
+    "both match the method by its attribute name"
 )
 NARROWING = (
     "edits.modules.include: crcr adds to the test's own @modules list (Spyre also narrows it "
@@ -129,6 +152,13 @@ class ImportReport:
     explicit: Counter[str] = field(default_factory=Counter)
     differs: Counter[str] = field(default_factory=Counter)
     configs: int = 0
+    # Tests entries by test file (as written), with their config: for ``notes``.
+    entries: dict[str, list[tuple[str, Any]]] = field(default_factory=dict, repr=False)
+
+    @property
+    def notes(self) -> list[str]:
+        """Per name: where crcr's name matching differs from Spyre's (``spyre_names.py``)."""
+        return [note for tests in self.entries.values() for note in entry_notes(tests)]
 
     def text(self) -> str:
         lines = [f"imported {self.configs} Torch Spyre config(s)"]
@@ -147,6 +177,10 @@ class ImportReport:
                     else "not read by Spyre's framework either"
                 )
                 lines.append(f"  {count:7d}  {key}: {why}")
+        notes = self.notes
+        if notes:
+            lines.append("per entry, where crcr's name matching differs from Spyre's:")
+            lines += [f"- {note}" for note in notes]
         return "\n".join(lines)
 
 
@@ -174,7 +208,7 @@ def import_text(
         raise ImportProblem(f"{name}: not YAML ({error})") from None
     if not isinstance(document, dict) or "test_suite_config" not in document:
         raise ImportProblem(f"{name}: no top-level 'test_suite_config' (not a Spyre config)")
-    _Importer(report, known_op).document(document)
+    _Importer(report, known_op, name).document(document)
     report.configs += 1
     out = io.StringIO()
     _yaml().dump(document, out)
@@ -198,9 +232,15 @@ def _op_db_names() -> frozenset[str] | None:
 
 
 class _Importer:
-    def __init__(self, report: ImportReport, known_op: Callable[[str], bool | None] | None):
+    def __init__(
+        self,
+        report: ImportReport,
+        known_op: Callable[[str], bool | None] | None,
+        source: str = "",
+    ):
         self.report = report
         self.known_op = known_op
+        self.source = source
 
     def drop(self, mapping: Any, allowed: tuple[str, ...], place: str) -> None:
         for key in [k for k in mapping if k not in allowed]:
@@ -215,29 +255,27 @@ class _Importer:
         if "global_config" in suite and "global" not in suite:
             suite["global"] = suite.pop("global_config")
         self.drop(suite, KEYS["suite"], "test_suite_config")
-        extra_tags = self.labels(suite)
+        self.labels(suite)
         for entry in suite.get("files") or []:
             if isinstance(entry, dict):
-                self.file(entry, extra_tags)
+                self.file(entry)
         if isinstance(suite.get("global"), dict):
             self.global_(suite["global"])
 
-    def labels(self, suite: Any) -> list[str]:
-        labels = suite.get("labels")
+    def labels(self, item: Any) -> None:
+        """An item's `labels` (suite, files or tests entry) without what is no label."""
+        labels = item.get("labels")
         if not isinstance(labels, list):
-            return []
-        other = [str(label) for label in labels if label not in LABELS]
-        if other:
-            suite["labels"] = CommentedSeq(label for label in labels if label in LABELS)
-            self.report.explicit["labels outside crcr's tiers kept as testtype__ tags"] += len(
-                other
-            )
-            if not suite["labels"]:
-                del suite["labels"]
-        return [f"testtype__{label}" for label in other if TAG_FORM.fullmatch(label)]
+            return
+        for label in [x for x in labels if not _is_label(x)]:
+            labels.remove(label)
+            self.report.dropped["labels.invalid"] += 1
+        if not labels:
+            del item["labels"]
 
-    def file(self, entry: Any, extra_tags: list[str]) -> None:
+    def file(self, entry: Any) -> None:
         self.drop(entry, KEYS["file"], "files")
+        self.labels(entry)
         path = entry.get("path")
         if isinstance(path, str) and "${PYTORCH}" in path:
             # The first Spyre configs (March 2026) named the PyTorch checkout so.
@@ -248,10 +286,13 @@ class _Importer:
             self.report.explicit[f"unlisted_test_mode: {SPYRE_UNLISTED} (Spyre's default)"] += 1
         for test in entry.get("tests") or []:
             if isinstance(test, dict):
-                self.test(test, extra_tags)
+                self.test(test)
+        tests = [(self.source, t) for t in entry.get("tests") or [] if isinstance(t, dict)]
+        self.report.entries.setdefault(str(entry.get("path")), []).extend(tests)
 
-    def test(self, test: Any, extra_tags: list[str]) -> None:
+    def test(self, test: Any) -> None:
         self.drop(test, KEYS["test"], "tests")
+        self.labels(test)
         names = test.get("names")
         if isinstance(names, str):
             test["names"] = names = CommentedSeq([names])
@@ -263,14 +304,7 @@ class _Importer:
         if "mode" not in test:
             test.insert(_after(test, "names"), "mode", SPYRE_MODE)
             self.report.explicit[f"mode: {SPYRE_MODE} (Spyre's default)"] += 1
-        tags = self.tags(test)
-        if extra_tags:
-            current = test.get("tags") if isinstance(tags, list) else None
-            merged = list(current or []) + [t for t in extra_tags if t not in (current or [])]
-            if current is None:
-                test["tags"] = CommentedSeq(merged)
-            else:
-                current[:] = merged
+        self.tags(test)
         if isinstance(test.get("edits"), dict):
             self.edits(test["edits"])
             if not test["edits"]:
@@ -290,6 +324,8 @@ class _Importer:
         if sep and not CLASS_LITERAL.fullmatch(cls):
             self.report.dropped["names.class_pattern"] += 1
             return method
+        if sep:
+            self.report.differs[CLASS_PART] += 1
         return name
 
     def edits(self, edits: Any) -> None:
@@ -341,8 +377,10 @@ class _Importer:
         return True
 
     def module_includes(self, items: Any) -> None:
-        """Custom modules (`module_path`) keep their inputs; other items lose them."""
+        """Custom modules (`module_path`) keep their inputs; other items lose them; a
+        custom module whose inputs crcr cannot build goes (in place: aliases share it)."""
         items = items if isinstance(items, list) else []
+        items[:] = [item for item in items if not self.unbuildable(item)]
         for item in (i for i in items if isinstance(i, dict)):
             self.drop(item, KEYS["module_include"], "edits.modules.include")
             if "module_path" not in item:
@@ -359,6 +397,40 @@ class _Importer:
             self.report.differs[CUSTOM_MODULE] += 1
         if items:
             self.report.differs[NARROWING] += 1
+
+    def unbuildable(self, item: Any) -> bool:
+        """Whether a custom module's inputs hold what crcr cannot build (then counted);
+        drops its tensors' `device_layout` (counted) either way."""
+        if not isinstance(item, dict) or "module_path" not in item:
+            return False
+        found: set[str] = set()
+        for key in MODULE_INPUTS:
+            specs = item.get(key)
+            for spec in specs if isinstance(specs, list) else [specs]:
+                if isinstance(spec, dict):
+                    values = list(spec.get("args") or []) + list(
+                        (spec.get("kwargs") or {}).values()
+                    )
+                    for value in values:
+                        found |= self.argument(value)
+        for kind in sorted(found):
+            self.report.dropped[f"edits.modules.include.inputs.{kind}"] += 1
+        return bool(found)
+
+    def argument(self, value: Any) -> set[str]:
+        """What of one input argument crcr cannot build (its kinds), after dropping its
+        tensors' `device_layout`."""
+        if not isinstance(value, dict):
+            return set()
+        kinds = {key for key in UNBUILT_ARGUMENTS if key in value}
+        tensors = [value.get("tensor")] + list(value.get("tensor_list") or [])
+        for tensor in (t for t in tensors if isinstance(t, dict)):
+            if "device_layout" in tensor:
+                del tensor["device_layout"]
+                self.report.dropped["edits.modules.include.inputs.device_layout"] += 1
+            if tensor.get("init") == "file":
+                kinds.add("init_file")
+        return kinds
 
     def items(self, items: Any, allowed: tuple[str, ...], place: str) -> None:
         for item in items if isinstance(items, list) else ():
@@ -390,6 +462,14 @@ class _Importer:
             if isinstance(item, str):
                 items[index] = CommentedMap(name=item)
                 self.report.explicit[f"{place} written as strings, as {{name: …}}"] += 1
+
+
+def _is_label(value: Any) -> bool:
+    return (
+        isinstance(value, str)
+        and bool(LABEL_FORM.fullmatch(value))
+        and not value.startswith("suite_")
+    )
 
 
 def _has_inputs(value: Any) -> bool:

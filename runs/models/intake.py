@@ -110,6 +110,9 @@ class Trigger(models.Model):
     )
     ref = models.CharField(max_length=200, blank=True, help_text="branch the SHA came from")
     pytorch_sha = models.CharField(max_length=40)
+    # A label selection its runs' pytest processes get (`--reuse-labels`: smoke, core,
+    # suite_<group>, a config's label; comma-separated); empty: every test of the config.
+    labels = models.CharField(max_length=200, blank=True)
     requested_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
     )

@@ -152,6 +152,16 @@ def edits(changes: dict[str, Any]) -> SafeString:
     return mark_safe("".join(lines))  # parts escaped by format_html
 
 
+def _described(proposal: Any) -> str:
+    """What the backend's latest config says of each op, dtype or module the proposal's
+    edits touch (`configdescriptions.attach`), linked to the line that says it (HTML)."""
+    return "".join(
+        f'<br><small class="described">{escape(kind)} <code>{escape(name)}</code>: '
+        f'{escape(text)} <a href="{escape(url)}" title="{escape(where)}">(config)</a></small>'
+        for kind, name, text, url, where in getattr(proposal, "described", ())
+    )
+
+
 def _when(value: Any) -> str:
     """`|date:"Y-m-d H:i"` in the current time zone."""
     return dateformat.format(timezone.localtime(value), "Y-m-d H:i") if value else ""
@@ -209,7 +219,7 @@ def queue_row(context: Any, proposal: Any) -> SafeString:
         f'<tr id="proposal-{p.uuid}" class="proposal" tabindex="-1" data-status="{status}">'
         f"<td><code>{escape(p.file_path)}</code><br>"
         f'<a href="{uuid_url("selection:proposal_detail", p.uuid)}">{test}</a></td>'
-        f"<td>{escape(MODES.get(p.mode, p.mode))}{edits(p.edits)}{edited}</td>"
+        f"<td>{escape(MODES.get(p.mode, p.mode))}{edits(p.edits)}{_described(p)}{edited}</td>"
         f'<td class="reason">{escape(p.reason)}</td><td>{evidence(p.evidence)}</td>'
         f"<td>{escape(STAGES.get(p.stage, p.stage))}</td>"
         f'<td class="status-{status}">{escape(STATUSES.get(p.status, p.status))}{reviewed}</td>'

@@ -12,7 +12,7 @@ from django.urls import reverse
 from django.utils.safestring import mark_safe
 
 from runs.models import Backend
-from selection import configdiff, confighistory
+from selection import configdescriptions, configdiff, confighistory
 from selection.forms import ConfigViewForm
 from selection.models import ConfigVersion
 
@@ -46,12 +46,7 @@ def line_window(request: HttpRequest, version: ConfigVersion) -> dict[str, Any]:
     rows = cache.get(rows_key)
     if rows is None:
         window = (lines or version.yaml_text.splitlines())[start - 1 : end]
-        # The rows in one join: through the template, 1,000 rows were 90 % of the page.
-        rows = "".join(
-            f'<tr id="L{n}"><td class="num"><a href="#L{n}">{n}</a></td>'
-            f'<td class="src">{html.escape(text)}</td></tr>'
-            for n, text in enumerate(window, start=start)
-        )
+        rows = _rows(window, start, configdescriptions.of_version(version, version.yaml_text))
         cache.set(rows_key, rows, timeout=None)
     query = request.GET.copy()
 
@@ -67,6 +62,29 @@ def line_window(request: HttpRequest, version: ConfigVersion) -> dict[str, Any]:
         "previous_lines": link(max(1, start - LINES_SHOWN)) if start > 1 else "",
         "next_lines": link(start + LINES_SHOWN) if end < line_count else "",
     }
+
+
+def _rows(window: list[str], start: int, described: list[configdescriptions.Described]) -> str:
+    """The window's rows, every text escaped: a line holding a description is marked, and
+    an item whose description is on a later line has it beside its first line."""
+    notes = configdescriptions.notes_by_line(described)
+    marked = {d.description_line for d in described}
+    mark = ' class="described"'
+    # The rows in one join: through the template, 1,000 rows were 90 % of the page.
+    return "".join(
+        f'<tr id="L{n}"{mark if n in marked else ""}>'
+        f'<td class="num"><a href="#L{n}">{n}</a></td>'
+        f'<td class="src">{html.escape(text)}{_notes(notes.get(n, ()))}</td></tr>'
+        for n, text in enumerate(window, start=start)
+    )
+
+
+def _notes(notes: Any) -> str:
+    return "".join(
+        f'<span class="note" title="description of {html.escape(d.label)} (line '
+        f'{d.description_line})">{html.escape(d.text)}</span>'
+        for d in notes
+    )
 
 
 def hunks(parent: ConfigVersion | None, version: ConfigVersion) -> list[configdiff.Hunk]:

@@ -16,7 +16,7 @@ from django.views.decorators.http import require_POST
 from crcr_site.lib.access import reviewer_required
 from crcr_site.lib.htmx import HtmxHttpRequest
 from crcr_site.lib.paging import page_of
-from selection import configprs, evidence, review
+from selection import configdescriptions, configprs, evidence, review
 from selection.forms import ProposalEditForm, QueueFilterForm, ReviewForm
 from selection.models import Proposal, ProposalEvent
 
@@ -26,7 +26,7 @@ PAGE_SIZE = 25
 ROWS = Proposal.objects.select_related("reviewer", "config_change")
 LOADED = review.with_last_edit(
     ROWS.only(  # what a row shows: not the texts of its config PR
-        "uuid", "file_path", "class_name", "test_name", "mode", "edits", "reason",
+        "uuid", "backend", "file_path", "class_name", "test_name", "mode", "edits", "reason",
         "evidence", "stage", "status", "reviewed_at", "reviewer__username", "config_change__uuid",
     )
 )  # fmt: skip
@@ -37,9 +37,11 @@ def proposal_list(request: HtmxHttpRequest) -> HttpResponse:
     form = QueueFilterForm(request.GET)
     valid = form.is_valid()
     proposals = form.filter(ROWS.all()) if valid else ROWS.none()
+    page = page_of(proposals, request.GET.get("page"), PAGE_SIZE, load=LOADED.all())
+    configdescriptions.attach(page.object_list)  # what the config says of the ops it touches
     context = {
         "form": form,
-        "page": page_of(proposals, request.GET.get("page"), PAGE_SIZE, load=LOADED.all()),
+        "page": page,
         "filters": _filters(request.GET),
         "ready": configprs.ready(),
         "nav": "review",
@@ -57,8 +59,9 @@ def _filters(data: QueryDict) -> str:
 
 def _row(request: HtmxHttpRequest, proposal: Proposal) -> HttpResponse:
     """The queue's row of a proposal, read again with who last edited it."""
-    context = {"proposal": LOADED.get(pk=proposal.pk)}
-    return render(request, "selection/proposal_list.html#row", context)
+    row = LOADED.get(pk=proposal.pk)
+    configdescriptions.attach([row])
+    return render(request, "selection/proposal_list.html#row", {"proposal": row})
 
 
 @login_required

@@ -34,12 +34,13 @@ def test_validate_reports_every_problem_with_its_position(
 ) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text(
-        "test_suite_config:\n  labels: [nightly]\n  global:\n    supported_dtypes: [{name: f8}]\n"
+        "test_suite_config:\n  labels: [night ly]\n  global:\n    supported_dtypes: [{name: f8}]\n"
     )
     code, out, err = run_cli(capsys, "validate", str(bad))
     assert code == 2 and out == ""
     assert err.splitlines() == [
-        f"{bad}:2:12: a label must be one of smoke, unit, integration, regression, trunk, not 'nightly'",
+        f"{bad}:2:12: label 'night ly' is not a label name (a letter, then letters, digits, _ "
+        "and -) (labels such as smoke, core, full; `suite_<group>` selects configs by folder)",
         f"{bad}:4:31: unknown dtype 'f8'",
     ]
 

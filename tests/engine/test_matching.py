@@ -67,6 +67,29 @@ def test_a_literal_name_beats_a_regex_that_comes_first(rules: Rules) -> None:
     assert decision.pattern is not None and decision.pattern.text == "TestPlainMath::test_sum"
 
 
+def test_a_name_matches_before_a_source_name_within_literals_then_within_regexes(
+    rules: Rules,
+) -> None:
+    math = plain(rules)
+    # torch's @parametrize source method is matched after the test's own name.
+    assert math.decide("TestPlainMath", "test_sum", source="test_other").mode == "xfail"
+    assert math.decide("TestPlainMath", "test_other", source="test_sum").mode == "xfail"
+    # A literal on the source name still beats a regex on the name.
+    decision = math.decide("TestPlainMath", "test_gone", source="test_sum")
+    assert decision.pattern is not None and decision.pattern.text == "TestPlainMath::test_sum"
+
+
+def test_a_base_name_is_never_matched_only_noted(rules: Rules) -> None:
+    math = plain(rules)
+    math.note_base_name("TestPlainMath", "test_sum", "test_large_a")
+    decision = math.decide("TestPlainMath", "test_large_a")
+    assert decision.pattern is not None and decision.pattern.text == "test_.*"
+    literal = next(
+        p for e in math.entries for t in e.tests for p in t.names if p.text == "test_sum"
+    )
+    assert rules.base_name_matches(literal) == [("test_sum", ["test_large_a"])]
+
+
 def test_the_class_part_of_a_name_counts(rules: Rules) -> None:
     assert plain(rules).decide("TestPlainStrings", "test_sum").mode == "mandatory_success"
 

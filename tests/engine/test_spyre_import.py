@@ -81,8 +81,9 @@ def test_a_spyre_config_imports_validates_and_keeps_its_meaning(tmp_path):
     # The class pattern Spyre never matched is gone: the method matches in every class.
     assert [n.text for n in wrong.names] == ["test_wrong_on_purpose"]
     assert wrong.reason == "asserts 11 == 10 on purpose"
-    assert wrong.tags == ("issue-2508", "testtype__full")
-    assert config.labels == ("trunk",)
+    assert wrong.tags == ("issue-2508",)
+    # Labels are kept at every level: crcr selects by them (--reuse-labels) as Spyre does.
+    assert config.labels == ("full", "trunk") and entry.labels == ("full",)
     # Model-op items (sample inputs: Spyre's model-ops test only) dropped; excludes kept.
     assert not model_ops.edits.ops.include
     assert [o.name for o in model_ops.edits.ops.exclude] == ["lgamma"]
@@ -110,7 +111,7 @@ def test_the_report_groups_what_was_dropped_once_per_key_with_a_count(tmp_path):
     assert counted["edits.modules.include with module_path"] == 2
     assert counted["edits.modules.include"] == 2  # crcr does not narrow @modules lists
     assert counted["cases"] == 2 and counted["global.input_config"] == 2
-    assert counted["files.labels"] == 2 and counted["tags.invalid"] == 2
+    assert "files.labels" not in counted and counted["tags.invalid"] == 2
     assert counted["names.class_pattern"] == 2
     assert counted["mode"] == 2  # "mode: mandatory_success (Spyre's default)", written out
     assert sum(1 for line in lines if "edits.ops.include.tags" in line) == 1

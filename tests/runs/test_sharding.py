@@ -17,6 +17,7 @@ from runs.durations import (
     update_duration,
 )
 from runs.sharding import balance, lower_bound, plan_shards
+from tests.data import FIXTURES
 
 
 def make_items(files: dict[str, int], labels: tuple[str, ...] = ()) -> list[TestItem]:
@@ -250,14 +251,34 @@ def test_each_file_belongs_to_an_area(path, area):
     assert area_for(path) == area
 
 
-def test_seeds_come_from_the_real_test_times_file():
-    test_times = load_test_times(shared_data_dir() / "test-times.json")
+def test_seeds_are_read_per_job_and_config_with_ci_paths_made_keys():
+    test_times = load_test_times(FIXTURES / "test-times.json")
+
+    seeds = file_seeds(test_times, "linux-jammy-py3.10-gcc11", "default")
+    default = file_seeds(test_times, "default", "default")
+
+    assert seeds == {"test_nn": 498.0, "test_ops": 3712.2, "test_torch": 341.5}
+    assert default["profiler/test_cupti_monitor"] == 0.8  # CI's absolute path, as a key
+    assert "distributed/test_c10d_nccl" not in default  # another config's file
+    assert file_seeds(test_times, "default", "no such config") == {}
+
+
+def test_seeds_come_from_the_real_test_times_file(real_data):
+    test_times = load_test_times(real_data / "test-times.json")
 
     seeds = file_seeds(test_times, "default", "default")
 
     assert seeds["test_ops"] > 0
     assert "inductor/test_torchinductor" in seeds
     assert file_seeds(test_times, "no such job", "default") == {}
+
+
+def test_the_real_data_counts_as_absent_where_its_folder_is_missing(tmp_path, monkeypatch):
+    monkeypatch.setenv("CRCR_SHARED_DATA", str(tmp_path))
+    assert shared_data_dir() == tmp_path
+
+    monkeypatch.setenv("CRCR_SHARED_DATA", str(tmp_path / "missing"))
+    assert shared_data_dir() is None
 
 
 def test_a_malformed_test_times_file_is_refused(tmp_path):

@@ -6,7 +6,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from runs.durations import shared_data_dir
 from runs.triage import (
     RULES_PATH,
     Category,
@@ -20,9 +19,10 @@ from runs.triage import (
     parse_disabled_tests,
     parse_rules,
 )
+from tests.data import FIXTURES
 
-FIXTURES = Path(__file__).parent / "fixtures" / "failures"
-FIXTURE_FILES = sorted(FIXTURES.glob("*.txt"))
+FAILURES = Path(__file__).parent / "fixtures" / "failures"
+FIXTURE_FILES = sorted(FAILURES.glob("*.txt"))
 
 # What the unsupported-op and unsupported-dtype fixtures must name.
 EXPECTED_OPS = {
@@ -63,7 +63,7 @@ def test_each_real_failure_is_classified_by_its_fixture_name(fixture):
 
 
 def test_the_error_a_traceback_ends_in_wins_over_one_it_caught_earlier():
-    text = (FIXTURES / "numerical_mismatch_3.txt").read_text()
+    text = (FAILURES / "numerical_mismatch_3.txt").read_text()
     assert "Could not run 'aten::empty.memory_format'" in text
 
     result = classify(text)
@@ -85,7 +85,7 @@ def test_reading_from_the_end_an_earlier_match_decides_when_later_lines_match_no
 
 def test_on_one_line_the_rule_higher_in_the_file_wins():
     # An abort caused by a missing operator is classified by the operator.
-    result = classify((FIXTURES / "unsupported_op_5.txt").read_text())
+    result = classify((FAILURES / "unsupported_op_5.txt").read_text())
 
     assert result.category == Category.UNSUPPORTED_OP
     assert result.rule == "operator-not-implemented-for-device"
@@ -200,42 +200,62 @@ def test_only_regressions_make_a_run_red():
 
 @pytest.fixture(scope="module")
 def disabled() -> DisabledTests:
-    return load_disabled_tests(shared_data_dir() / "disabled-tests-condensed.json")
+    return load_disabled_tests(FIXTURES / "disabled-tests-condensed.json")
 
 
-def test_the_real_disabled_tests_file_parses_and_keeps_linux_and_all_platform_entries(disabled):
-    data = json.loads((shared_data_dir() / "disabled-tests-condensed.json").read_text())
-    applicable = [v for v in data.values() if not v[2] or "linux" in v[2]]
-
-    assert len(parse_disabled_tests(data)) == len(data)
-    assert len(disabled) == len(applicable) > 0
+def test_a_disabled_tests_file_keeps_its_linux_and_all_platform_entries(disabled):
+    # 10 entries: every platform (1), Linux among others (4), other platforms only (5).
+    assert len(disabled) == 5
+    assert disabled.lookup("test_set_stride_cpu", "TestTorchDeviceTypeCPU") is None  # dynamo
+    assert disabled.lookup("test_save_load_large_tensor", "TestSerialization") is not None
 
 
 def test_an_entry_for_every_platform_matches_exactly(disabled):
-    entry = disabled.lookup("test_backend_simple", "PrivateUse1BackendTest")
+    entry = disabled.lookup("test_fallback_to_cpu", "PrivateUse1FallbackTest")
 
     assert entry is not None
-    assert entry.issue_url == "https://github.com/pytorch/pytorch/issues/188688"
+    assert entry.issue_url == "https://github.com/pytorch/pytorch/issues/191204"
+    assert disabled.lookup("test_fallback_to_cpu", "PrivateUse1FallbackTestPRIVATEUSEONE") is None
 
 
 def test_a_cuda_generated_test_covers_our_generated_test(disabled):
     for our_class in ("TestNestedTensorOpInfoPRIVATEUSEONE", "TestNestedTensorOpInfoPRIVATEUSE1"):
-        entry = disabled.lookup("test_backward_prod_privateuseone_float32", our_class)
+        entry = disabled.lookup("test_backward_cumprod_privateuseone_float64", our_class)
 
-        assert entry is not None and entry.issue == "140556"
+        assert entry is not None and entry.issue == "187412"
+    assert disabled.lookup("test_backward_cumprod_privateuseone_float32", our_class) is None
 
 
 def test_a_cpu_generated_test_covers_our_generated_test(disabled):
     entry = disabled.lookup(
-        "test_dtensor_op_db_linalg_cond_privateuseone_float32",
+        "test_dtensor_op_db_linalg_svd_privateuseone_float32",
         "TestMultiThreadedDTensorOpsPRIVATEUSEONE",
     )
 
-    assert entry is not None and entry.issue == "190141"
+    assert entry is not None and entry.issue == "190377"
 
 
 def test_an_entry_for_rocm_only_does_not_apply(disabled):
-    assert disabled.lookup("test_Embedding_discontiguous_cuda", "TestNN") is None
+    assert disabled.lookup("test_Conv2d_groups_cuda", "TestNN") is None
+
+
+def test_the_real_disabled_tests_file_parses_and_matches_our_generated_tests(real_data):
+    path = real_data / "disabled-tests-condensed.json"
+    data = json.loads(path.read_text())
+    applicable = [v for v in data.values() if not v[2] or "linux" in v[2]]
+
+    disabled = load_disabled_tests(path)
+
+    assert len(parse_disabled_tests(data)) == len(data)
+    assert len(disabled) == len(applicable) > 0
+    # Entries of PyTorch CI's file on 2026-12-05 that name tests a privateuse1 backend runs.
+    found = disabled.lookup("test_backend_simple", "PrivateUse1BackendTest")
+    assert found is not None and found.issue == "188688"
+    found = disabled.lookup(
+        "test_backward_prod_privateuseone_float32", "TestNestedTensorOpInfoPRIVATEUSEONE"
+    )
+    assert found is not None and found.issue == "140556"
+    assert disabled.lookup("test_Embedding_discontiguous_cuda", "TestNN") is None  # rocm only
 
 
 def test_a_device_token_in_a_class_without_device_suffix_is_part_of_the_name():

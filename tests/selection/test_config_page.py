@@ -223,3 +223,52 @@ def test_merge_shows_only_to_a_reviewer_who_may_merge(client):
     html = client.get(url).content.decode()
     assert ">Merge</button>" not in html and ">Approve</button>" not in html
     assert ConfigVersion.objects.filter(backend=change.backend).count() == 1
+
+
+DESCRIBED = """\
+test_suite_config:
+  files:
+    - path: ${TORCH_ROOT}/test/test_ops.py
+      tests:
+        - names: [TestCommon::test_compare_cpu]
+          mode: mandatory_success
+          description: compares every op with the CPU
+          edits:
+            ops:
+              include:
+                - name: add
+                  description: add has a <device> kernel
+              exclude: [{name: lgamma, description: no lgamma kernel}]
+  global:
+    supported_dtypes:
+      - name: float16
+        description: the device's native type
+"""
+
+
+def test_the_page_shows_each_description_beside_the_line_of_the_item_it_explains(client):
+    backend = make_backend()
+    make_config(backend, DESCRIBED)
+    client.force_login(make_user("vera", "viewer"))
+    html = client.get(config_url(backend)).content.decode()
+    table = html.split('<table class="code"', 1)[1].split("</table>", 1)[0]
+    rows = {n: (attrs, cells) for n, attrs, cells in re.findall(r'<tr id="L(\d+)"([^>]*)>(.*?)</tr>', table)}  # fmt: skip
+    note = '<span class="note" title="description of {} (line {})">{}</span>'
+    # A tests entry's and a block item's description, beside their first line, escaped.
+    assert rows["5"][1].endswith(
+        "- names: [TestCommon::test_compare_cpu]"
+        + note.format("tests", 7, "compares every op with the CPU")
+        + "</td>"
+    )
+    assert (
+        note.format("edits.ops.include add", 12, "add has a &lt;device&gt; kernel") in rows["11"][1]
+    )
+    assert (
+        note.format("global.supported_dtypes float16", 17, "the device&#x27;s native type")
+        in rows["16"][1]
+    )
+    # Every line holding a description is marked; a flow item's is in its own line already.
+    assert [n for n, (attrs, _) in rows.items() if "described" in attrs] == ["7", "12", "13", "17"]
+    assert 'class="note"' not in rows["13"][1] and "no lgamma kernel" in rows["13"][1]
+    # The YAML itself is unchanged: each line's text is there as written.
+    assert escape("                  description: add has a <device> kernel") in rows["12"][1]

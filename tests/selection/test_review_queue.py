@@ -283,3 +283,76 @@ def test_more_filters_are_folded_unless_one_of_them_is_set(client, backend, rita
     assert '<details class="more-filters">' in folded and "More filters" in folded
     opened = queue(client, file="view_ops").content.decode()
     assert '<details class="more-filters" open>' in opened and "More filters (1 set)" in opened
+
+
+DESCRIBED = """\
+test_suite_config:
+  files:
+    - path: ${TORCH_ROOT}/test/test_ops.py
+      tests:
+        - names: [TestCommon::test_compare_cpu]
+          mode: mandatory_success
+          edits:
+            ops:
+              exclude:
+                - name: lgamma
+                  description: lgamma has no kernel <yet>.
+  global:
+    supported_dtypes:
+      - {name: float16, description: the device's native type}
+    supported_ops:
+      - {name: torch.lgamma, description: lgamma runs through the CPU fallback.}
+"""
+
+
+def test_a_proposal_touching_an_op_or_dtype_shows_what_the_latest_config_says_of_it(
+    client, backend, rita
+):
+    make_config(backend, DESCRIBED.replace("<yet>", "(an older version)"))
+    make_config(backend, DESCRIBED)  # v3, the latest: its descriptions are shown
+    excluding = {
+        "ops": {"exclude": [{"name": "lgamma"}]},
+        "dtypes": {"exclude": [{"name": "half"}]},
+    }
+    own = make_proposal(backend, file_path="test/test_ops.py", class_name="TestCommon",
+                        test_name="test_compare_cpu", edits=excluding)  # fmt: skip
+    other = make_proposal(backend, file_path="test/test_ops.py", class_name="TestCommon",
+                          test_name="test_variant_consistency", edits=excluding)  # fmt: skip
+    plain = make_proposal(backend, test_name="test_plain")
+    body = queue(client).content.decode()
+    config = reverse("selection:configversion_detail", args=["acme", 3])
+    rows = {p: body.split(f'id="proposal-{p.uuid}"', 1)[1].split("</tr>", 1)[0] for p in (own, other, plain)}  # fmt: skip
+    # Its own tests entry's description of the op (escaped), linked to the line saying it.
+    assert (
+        '<small class="described">op <code>lgamma</code>: lgamma has no kernel &lt;yet&gt;. '
+        f'<a href="{config}#L10" title="edits.ops.exclude lgamma">(config)</a></small>'
+    ) in rows[own]
+    assert "older version" not in body
+    # Another test: what the global list says of it (torch.lgamma is lgamma), and of half.
+    assert "op <code>lgamma</code>: lgamma runs through the CPU fallback." in rows[other]
+    assert (
+        "dtype <code>half</code>: the device&#x27;s native type "
+        f'<a href="{config}#L14" title="global.supported_dtypes float16">(config)</a>'
+    ) in rows[other]
+    assert "described" not in rows[plain]
+    # The row an htmx approval answers says it too.
+    url = reverse("selection:proposal_review", args=[own.uuid])
+    row = client.post(url, {"decision": "approve"}, **HTMX).content.decode()
+    assert "lgamma has no kernel &lt;yet&gt;." in row
+
+
+def test_descriptions_cost_the_queue_the_same_queries_for_3_or_25_described_rows(
+    client, backend, rita
+):
+    make_config(backend, DESCRIBED)
+    edits = {"ops": {"exclude": [{"name": "lgamma"}]}}
+    for n in range(3):
+        make_proposal(backend, test_name=f"test_{n}", edits=edits)
+    queue(client)  # the descriptions are read once, then kept in the cache
+    with CaptureQueriesContext(connection) as few:
+        assert queue(client).content.decode().count('class="described"') == 3
+    for n in range(3, 40):
+        make_proposal(backend, test_name=f"test_{n}", edits=edits)
+    with CaptureQueriesContext(connection) as many:
+        assert queue(client).content.decode().count('class="described"') == PAGE_SIZE
+    assert len(many) == len(few)

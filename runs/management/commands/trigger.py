@@ -14,16 +14,22 @@ class Command(BaseCommand):
         target.add_argument("--release", metavar="release/X.Y")
         target.add_argument("--sha")
         target.add_argument("--nightly", action="store_true")
+        parser.add_argument(
+            "--labels", default="", help="run only the tests these labels select (smoke,core)"
+        )
 
-    def handle(self, *args, backend, release, sha, nightly, **options):
+    def handle(self, *args, backend, release, sha, nightly, labels, **options):
         profile = Backend.objects.filter(slug=backend).first()
         if profile is None:
             raise CommandError(f"no backend named {backend!r}")
+        if nightly and labels:
+            raise CommandError("--labels applies to --release and --sha runs")
         try:
+            labels = triggers.label_selection(labels)
             if release:
-                trigger = triggers.start_release(profile, release)
+                trigger = triggers.start_release(profile, release, labels=labels)
             elif sha:
-                trigger = triggers.start_manual(profile, sha)
+                trigger = triggers.start_manual(profile, sha, labels=labels)
             else:
                 trigger = triggers.start_nightly(profile)
         except (triggers.TriggerError, UpstreamError) as error:
