@@ -16,9 +16,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 from crcr_reuse.cli import main
 from crcr_reuse.launcher import PytestRun, TestEnvironment
-from crcr_reuse.pytorch_export import DTYPES_NON_OPS, OP_INCLUDE, SKIP_OUTSIDE
+from crcr_reuse.pytorch_export import (
+    BYPASS,
+    DTYPES_NON_OPS,
+    ONLY_FOR,
+    OP_INCLUDE,
+    SKIP_OUTSIDE,
+    UNLISTED,
+    XFAIL_NON_OPS,
+)
+from crcr_reuse.pytorch_import import BYPASS_SCOPE, OTHER_DECORATOR, TEST_DTYPE_SKIP
 
 from .conftest import ROOT, TREE, clean_env, heavy_run
 
@@ -364,3 +374,121 @@ def test_bad_input_names_file_and_line_and_writes_nothing(tmp_path, capsys, text
     assert main(["import-pytorch", str(source), "-o", str(output)]) == 2
     assert problem in capsys.readouterr().err
     assert not output.exists()
+
+
+def _export(tmp_path: Path, config: str, capsys: pytest.CaptureFixture[str]) -> tuple[str, str]:
+    path = tmp_path / "cfg.yaml"
+    path.write_text(config.replace("TREE", str(TREE / "test")))
+    output = tmp_path / "out.py"
+    assert main(["export", "--format", "pytorch", "--config", str(path), "-o", str(output)]) == 0
+    return output.read_text(), capsys.readouterr().err
+
+
+def test_a_config_lifting_restrictions_everywhere_sets_torchs_class_switch(tmp_path, capsys):
+    module, stderr = _export(
+        tmp_path,
+        "test_suite_config:\n  files:\n"
+        "    - {path: TREE/test_dtypes_reuse.py, unlisted_test_mode: mandatory_success,"
+        " bypass_device_restrictions: true}\n",
+        capsys,
+    )
+    assert module.endswith("PrivateUse1TestBase.bypass_device_restrictions = True\n")
+    assert "set_test_configs(\n)" in module  # nothing else to say: every test runs
+    assert f"cannot express {ONLY_FOR} (1): " in stderr
+
+
+def test_skips_and_xfails_torch_cannot_make_are_named_per_kind(tmp_path, capsys):
+    module, stderr = _export(
+        tmp_path,
+        "test_suite_config:\n  files:\n"
+        "    - path: TREE/test_dtypes_reuse.py\n"
+        "      tests:\n"
+        "        - {names: [TestTensorBasics::test_fill], mode: mandatory_success,"
+        " bypass_device_restrictions: true}\n"
+        "        - {names: [TestTensorBasics::test_known_wrong_expectation], mode: xfail}\n"
+        "    - path: TREE/test_plain_reuse.py\n"
+        "      tests: [{names: [TestPlainMath::test_sum], mode: mandatory_success}]\n",
+        capsys,
+    )
+    # Unlisted tests of the device class are excluded by name (unlisted_test_mode: skip).
+    assert '"TestTensorBasics": ["test_add_matches_cpu", ' in module
+    assert '"TestCudaOnly": ["test_streams"],' in module
+    lines = stderr.splitlines()
+    assert any(
+        line.startswith(f"crcr export: cannot express {SKIP_OUTSIDE} (5): ") for line in lines
+    )
+    assert f"{XFAIL_NON_OPS} (1): " in stderr
+    assert f"{BYPASS} (1): " in stderr
+    assert f"{UNLISTED} (2): " in stderr
+    assert f"# - {SKIP_OUTSIDE} (5): " in module  # the same list heads the module
+
+
+HANDWRITTEN = """\
+import unittest
+
+import torch
+from torch.testing._internal.common_device_type import PrivateUse1TestBase, precisionOverride
+from torch.testing._internal.opinfo.core import DecorateInfo
+
+SUPPORTED = ("add", "mul", "sub")
+
+PrivateUse1TestBase.set_test_configs(
+    op_allowlist=SUPPORTED,
+    op_overrides={
+        "add": [
+            DecorateInfo(precisionOverride({torch.float32: 1e-2})),
+            DecorateInfo(unittest.skip("broken"), "TestOps", "test_out", dtypes=[torch.float16]),
+        ],
+        "mul": [
+            DecorateInfo(unittest.expectedFailure, "TestOps", "test_grad"),
+            DecorateInfo(precisionOverride({torch.float16: 1e-1}), "TestOps", "test_grad"),
+        ],
+        "sub": [DecorateInfo(unittest.skip("no kernel"))],
+    },
+    test_exclusions={"TestCudaOnly": "*", "TestTensorBasics": ["test_cpu_only"]},
+)
+
+
+class TestFooOpenReg:
+    bypass_device_restrictions = True
+"""
+
+
+@heavy_run("pytorch_config_handwritten")
+def _handwritten(workdir: Path) -> subprocess.CompletedProcess[str]:
+    (workdir / "conftest.py").write_text(HANDWRITTEN)
+    return cli("import-pytorch", "conftest.py", "-o", "cfg.yaml", cwd=workdir)
+
+
+@pytest.mark.heavy_runs("pytorch_config_handwritten")
+def test_a_handwritten_config_maps_and_reports_the_rest_once_per_kind(background, capsys):
+    done = background.result("pytorch_config_handwritten")
+    assert done.returncode == 0, done.stderr
+    lines = done.stderr.splitlines()
+    assert lines[0] == (
+        f"crcr import-pytorch: not mapped: {OTHER_DECORATOR} (2): "
+        "conftest.py:13: add: precisionOverride, conftest.py:18: mul: precisionOverride"
+    )
+    assert f"{TEST_DTYPE_SKIP} (1): TestOps::test_out: add" in done.stderr
+    assert f"{BYPASS_SCOPE} (1): conftest.py:27" in done.stderr
+    text = (background.root / "pytorch_config_handwritten" / "cfg.yaml").read_text()
+    assert text.startswith("# Imported by crcr from conftest.py:9 (set_test_configs).\n")
+    document = yaml.safe_load(text)["test_suite_config"]
+    # sub is skipped for every test: it leaves the allowlist.
+    assert document["global"] == {"supported_ops": [{"name": "add"}, {"name": "mul"}]}
+    entry = document["files"][0]
+    assert entry["path"] == "${TORCH_ROOT}/test/test_*.py"
+    assert entry["bypass_device_restrictions"] is True
+    assert entry["tests"] == [
+        {"names": ["TestCudaOnly::.*"], "mode": "skip"},
+        {
+            "names": ["TestOps::test_grad"],
+            "mode": "mandatory_success",
+            "edits": {"ops": {"include": [{"name": "mul", "force_xfail": True}]}},
+        },
+        {"names": ["TestTensorBasics::test_cpu_only"], "mode": "skip"},
+    ]
+    # crcr's loader takes it as it is (the bundled tree as ${TORCH_ROOT}).
+    config = background.root / "pytorch_config_handwritten" / "cfg.yaml"
+    assert main(["validate", str(config), "--torch-root", str(TREE)]) == 0
+    assert capsys.readouterr().out.startswith("OK: 1 config(s), 1 files entries (5 files)")
