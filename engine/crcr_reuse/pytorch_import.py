@@ -30,7 +30,7 @@ from .pytorch_read import CallValue, Dtype, ReadConfig, ReadError, Ref
 DEFAULT_PATH = "${TORCH_ROOT}/test/test_*.py"
 OTHER_DECORATOR = "decorators other than unittest.skip / unittest.expectedFailure"
 ACTIVE_IF = "DecorateInfo active_if conditions"
-TEST_DTYPE_SKIP = "dtype-limited skips or xfails of one op for some tests"
+TEST_DTYPE_SKIP = "dtype-limited skips of one op for some tests, dtype-limited xfails"
 OP_DTYPES_NO_ALLOWLIST = "per-op dtype skips or xfails without an op_allowlist"
 GLOBAL_XFAIL_NO_ALLOWLIST = "expectedFailure of an op for every test without an op_allowlist"
 SUBSTRING = "test_exclusions string values other than '*' (torch 2.13 matches them as substrings)"
@@ -268,14 +268,16 @@ def document(imported: Imported, paths: list[str], bypass: bool) -> dict[str, An
 def _global_dtypes(imported: Imported, global_: dict[str, Any]) -> list[str] | None:
     """A dtype skip every op of the universe shares becomes the global dtype list."""
     common = imported.global_skips
+    if imported.allowlist is None:
+        # An op's own dtypes need a global op item, which would then be an allowlist.
+        for op, dtypes in imported.op_skip_dtypes.items():
+            if dtypes - common:
+                imported.gaps.add(OP_DTYPES_NO_ALLOWLIST, op)
     if not common:
         return None
     supported = [d for d in torch_dtypes() if d not in common]
     global_["supported_dtypes"] = [{"name": d} for d in supported]
     imported.gaps.add(GLOBAL_DTYPES, "supported_dtypes: " + ", ".join(supported))
-    for op, dtypes in imported.op_skip_dtypes.items():
-        if dtypes - common and imported.allowlist is None:
-            imported.gaps.add(OP_DTYPES_NO_ALLOWLIST, op)
     return supported
 
 

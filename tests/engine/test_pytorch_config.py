@@ -28,7 +28,12 @@ from crcr_reuse.pytorch_export import (
     UNLISTED,
     XFAIL_NON_OPS,
 )
-from crcr_reuse.pytorch_import import BYPASS_SCOPE, OTHER_DECORATOR, TEST_DTYPE_SKIP
+from crcr_reuse.pytorch_import import (
+    BYPASS_SCOPE,
+    OP_DTYPES_NO_ALLOWLIST,
+    OTHER_DECORATOR,
+    TEST_DTYPE_SKIP,
+)
 
 from .conftest import ROOT, TREE, clean_env, heavy_run
 
@@ -454,15 +459,33 @@ class TestFooOpenReg:
 """
 
 
+# One op's dtype skip, for every test, without an allowlist: crcr has no place for it.
+NO_ALLOWLIST = """\
+import unittest
+
+import torch
+from torch.testing._internal.common_device_type import PrivateUse1TestBase
+from torch.testing._internal.opinfo.core import DecorateInfo
+
+PrivateUse1TestBase.set_test_configs(
+    op_overrides={"add": [DecorateInfo(unittest.skip("no fp16"), dtypes=[torch.float16])]},
+)
+"""
+
+
 @heavy_run("pytorch_config_handwritten")
-def _handwritten(workdir: Path) -> subprocess.CompletedProcess[str]:
+def _handwritten(workdir: Path) -> list[subprocess.CompletedProcess[str]]:
     (workdir / "conftest.py").write_text(HANDWRITTEN)
-    return cli("import-pytorch", "conftest.py", "-o", "cfg.yaml", cwd=workdir)
+    (workdir / "no_allowlist.py").write_text(NO_ALLOWLIST)
+    return [
+        cli("import-pytorch", "conftest.py", "-o", "cfg.yaml", cwd=workdir),
+        cli("import-pytorch", "no_allowlist.py", "-o", "no_allowlist.yaml", cwd=workdir),
+    ]
 
 
 @pytest.mark.heavy_runs("pytorch_config_handwritten")
 def test_a_handwritten_config_maps_and_reports_the_rest_once_per_kind(background, capsys):
-    done = background.result("pytorch_config_handwritten")
+    done = background.result("pytorch_config_handwritten")[0]
     assert done.returncode == 0, done.stderr
     lines = done.stderr.splitlines()
     assert lines[0] == (
@@ -492,3 +515,12 @@ def test_a_handwritten_config_maps_and_reports_the_rest_once_per_kind(background
     config = background.root / "pytorch_config_handwritten" / "cfg.yaml"
     assert main(["validate", str(config), "--torch-root", str(TREE)]) == 0
     assert capsys.readouterr().out.startswith("OK: 1 config(s), 1 files entries (5 files)")
+
+
+@pytest.mark.heavy_runs("pytorch_config_handwritten")
+def test_one_ops_dtype_skip_without_an_allowlist_is_reported_not_dropped(background):
+    done = background.result("pytorch_config_handwritten")[1]
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == f"crcr import-pytorch: not mapped: {OP_DTYPES_NO_ALLOWLIST} (1): add\n"
+    text = (background.root / "pytorch_config_handwritten" / "no_allowlist.yaml").read_text()
+    assert "global" not in yaml.safe_load(text)["test_suite_config"]
