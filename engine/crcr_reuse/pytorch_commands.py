@@ -35,6 +35,7 @@ def export_command(config: Config, args: argparse.Namespace) -> int:
     result = export_config(config)
     text = render(result)
     if args.output:
+        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
         Path(args.output).write_text(text, encoding="utf-8")
     else:
         print(text, end="")
@@ -67,6 +68,7 @@ def import_command(args: argparse.Namespace) -> int:
         return 2
     check_names(imported)
     output = render(read, imported, args.paths or [DEFAULT_PATH])
+    Path(args.output).parent.mkdir(parents=True, exist_ok=True)
     Path(args.output).write_text(output, encoding="utf-8")
     for line in imported.gaps.lines():
         print(f"crcr import-pytorch: not mapped: {line}", file=sys.stderr)
