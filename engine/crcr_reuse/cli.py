@@ -13,6 +13,11 @@
 - ``import-spyre SRC... -o OUT``: Torch Spyre configs (files or folders) rewritten in
   crcr's strict form with Spyre's meaning made explicit (``spyre.py``), and one report
   of what was dropped or written out, per key with a count.
+- ``export --format pytorch --config CONFIG... [-o OUT.py]``: the config as PyTorch's own
+  ``PrivateUse1TestBase.set_test_configs(...)`` call (``pytorch_export.py``); what it
+  cannot express goes to the module's header and to stderr, per kind with a count.
+- ``import-pytorch SRC.py -o OUT.yaml [--path P]...``: such a call, read statically from a
+  conftest or test module, as crcr's YAML (``pytorch_import.py``); exit 2 on bad input.
 - ``run [--max-restarts N] [--progress FILE] -- PYTEST_ARGS``: pytest that resumes the
   remaining tests in a fresh process after a crash (``supervisor.py``); its exit status
   is 1 when a test failed or crashed.
@@ -34,7 +39,7 @@ from typing import Any
 
 import yaml
 
-from . import lint, verdicts
+from . import lint, pytorch_commands, verdicts
 from .labels import parse_selection
 from .launcher import PytestRun, TestEnvironment
 from .loader import ConfigError, load_configs
@@ -50,6 +55,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _import_spyre(args)
     if args.command == "run":
         return _run(args)
+    if args.command == "import-pytorch":
+        return pytorch_commands.import_command(args)
     try:
         config = load_configs(
             args.configs, {"TORCH_ROOT": args.torch_root, "TORCH_DEVICE_ROOT": args.device_root}
@@ -108,6 +115,7 @@ def _parser() -> argparse.ArgumentParser:
         "-o", "--output", required=True,
         help="a file (one source file) or a folder (mirrors the sources' layout)",
     )  # fmt: skip
+    pytorch_commands.add_parsers(commands, common)
     run = commands.add_parser(
         "run", help="run pytest; after a crash, the remaining tests in a fresh process"
     )
