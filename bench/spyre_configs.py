@@ -5,7 +5,8 @@
 ROOT (the argument, else ``$SPYRE_ROOT``): a Torch Spyre checkout, or a copy of its
 ``tests/configs/`` tree (``ROOT/tests/configs`` when it exists, else ROOT itself). Spyre's
 files cannot live in the repository, so CI checks the importer on small configs written
-after Spyre's (tests/engine/test_spyre_import.py); this script is the check on the real ones.
+after Spyre's (tests/engine/test_spyre_import.py, and this script on a tiny tree in
+tests/crcr_site/test_bench_scripts.py); this script is the check on the real ones.
 
 Every YAML file with a top-level ``test_suite_config`` is a config. Each is imported with
 the engine's importer (as ``python -m crcr_reuse import-spyre``, op includes checked
