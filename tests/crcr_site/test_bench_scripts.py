@@ -97,3 +97,59 @@ def test_the_big_tree_benches_run_at_a_tiny_size_and_print_their_figures(tmp_pat
         found = run_all_module().figures(script, output)
         assert [figure.label for figure in found] == labels[script], output
         assert all(figure.value > 0 for figure in found)
+
+
+# Two Spyre-style configs (after Spyre's own: a model-op item, an upstream file listing a
+# test twice with two modes) and a YAML file that is no config.
+SPYRE_OPS = """\
+test_suite_config:
+  labels: [trunk, core]
+  files:
+    - path: ${TORCH_DEVICE_ROOT}/tests/models/test_model_ops_v2.py
+      tests:
+        - names: [TestSpyreModelOps::test_model_ops_db]
+          edits:
+            ops:
+              include:
+                - name: torch.add
+                  sample_inputs_func: {args: [{value: 1}]}
+                  description: 'modeling.py#L1 in forward, code: x + 1'
+  global:
+    supported_dtypes: [{name: float16, description: native}]
+    input_config: {seed: 1}
+"""
+SPYRE_TWICE = """\
+test_suite_config:
+  files:
+    - path: ${TORCH_ROOT}/test/test_twice.py
+      unlisted_test_mode: skip
+      tests:
+        - names: [TestTwice::test_one]
+          mode: xfail
+        - names: [TestTwice::test_one, TestTwice::test_two]
+          mode: skip
+"""
+
+
+def test_spyre_configs_reports_what_imports_validates_and_keeps_its_descriptions(tmp_path):
+    tree = tmp_path / "tests" / "configs"
+    (tree / "models").mkdir(parents=True)
+    (tree / "models" / "ops.yaml").write_text(SPYRE_OPS)
+    (tree / "twice.yaml").write_text(SPYRE_TWICE)
+    (tree / "ci.yaml").write_text("jobs: {build: {}}\n")
+    script = [sys.executable, str(ROOT / "bench" / "spyre_configs.py")]
+    done = subprocess.run([*script, str(tmp_path)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)  # fmt: skip
+    out = done.stdout
+    assert done.returncode == 1, out + done.stderr
+    assert "(1 other YAML files left alone)" in out
+    for line in ("found          2", "imported       2", "validated      1", "failed         1"):
+        assert line in out, out
+    assert "FAILED (validate) tests/configs/twice.yaml:" in out
+    assert "conflicting mode for 'TestTwice::test_one'" in out
+    assert "1  edits.ops.include: model-op items" in out
+    assert "edits.ops.include               1        0" in out  # dropped with its item
+    assert "global.supported_dtypes         1        1" in out
+    skipped = subprocess.run(script, cwd=ROOT, capture_output=True, text=True,
+                             env={**os.environ, "SPYRE_ROOT": ""}, timeout=60)  # fmt: skip
+    assert skipped.returncode == 0 and skipped.stdout.startswith("skipped: no Torch Spyre tree")
