@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from crcr_reuse.cli import config_document, main
+from crcr_reuse.cli import main
+from crcr_reuse.document import config_document
 from crcr_reuse.loader import load_configs
 from crcr_reuse.schema import Config, Description
 from crcr_reuse.spyre import import_text
