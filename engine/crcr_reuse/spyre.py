@@ -50,7 +50,7 @@ from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
 from .schema import LABEL_FORM, TAG_FORM
-from .spyre_names import entry_notes
+from .spyre_names import drop_later_modes, entry_notes
 
 SPYRE_MODE = "mandatory_success"  # an entry without `mode`
 SPYRE_UNLISTED = "xfail"  # a file without `unlisted_test_mode`
@@ -154,11 +154,13 @@ class ImportReport:
     configs: int = 0
     # Tests entries by test file (as written), with their config: for ``notes``.
     entries: dict[str, list[tuple[str, Any]]] = field(default_factory=dict, repr=False)
+    dropped_names: list[str] = field(default_factory=list)  # ``drop_later_modes``
 
     @property
     def notes(self) -> list[str]:
         """Per name: where crcr's name matching differs from Spyre's (``spyre_names.py``)."""
-        return [note for tests in self.entries.values() for note in entry_notes(tests)]
+        notes = [note for tests in self.entries.values() for note in entry_notes(tests)]
+        return self.dropped_names + notes
 
     def text(self) -> str:
         lines = [f"imported {self.configs} Torch Spyre config(s)"]
@@ -287,6 +289,8 @@ class _Importer:
         for test in entry.get("tests") or []:
             if isinstance(test, dict):
                 self.test(test)
+        if isinstance(entry.get("tests"), list):
+            self.report.dropped_names += drop_later_modes(entry["tests"], self.source)
         tests = [(self.source, t) for t in entry.get("tests") or [] if isinstance(t, dict)]
         self.report.entries.setdefault(str(entry.get("path")), []).extend(tests)
 

@@ -106,3 +106,37 @@ def _line(test: Any) -> int:
         return int(test.lc.line) + 1
     except AttributeError:
         return 0
+
+
+def drop_later_modes(tests: list[Any], source: str) -> list[str]:
+    """Remove a literal name from a tests entry when an earlier entry of the same files
+    entry gives it another mode; one line per name removed.
+
+    Spyre keeps both (``_build_test_entry_map``) and, for a variant whose dtype neither
+    entry restricts, applies the first (``_select_entry_for_variant``), as crcr does;
+    crcr's loader refuses a name given two modes in one files entry, so the later one,
+    which neither applies, goes (an entry left without names goes with it).
+    """
+    first: dict[str, tuple[str, int]] = {}
+    notes = []
+    for test in tests:
+        names, mode = test.get("names"), test.get("mode")
+        if not isinstance(names, list):
+            continue
+        for position in reversed(range(len(names))):
+            text = names[position]
+            if not isinstance(text, str) or is_regex(text):
+                continue
+            earlier = first.get(text)
+            if earlier is not None and earlier[0] != mode:
+                line, column = _position(names, position)
+                del names[position]
+                notes.append(
+                    f"{source}:{line}:{column}: '{text}' ({mode}) dropped: the entry at line "
+                    f"{earlier[1]} gives it {earlier[0]}, which Spyre and crcr both apply"
+                )
+        for text in names:
+            if isinstance(text, str) and not is_regex(text):
+                first.setdefault(text, (str(mode), _line(test)))
+    tests[:] = [t for t in tests if not isinstance(t.get("names"), list) or t["names"]]
+    return notes

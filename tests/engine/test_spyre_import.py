@@ -391,3 +391,39 @@ def test_op_includes_naming_an_op_db_op_stay_with_their_tags(tmp_path):
     unchecked, report = import_text(SPYRE_OP_INCLUDES, "ops.yaml")
     assert "not_an_op_of_op_db" in unchecked and "torch.mul" not in unchecked
     assert "2  edits.ops.include naming an op, kept without checking" in report.text()
+
+
+# The shape of Spyre's inductor-test_scatter_optimization.yaml: one test given xfail,
+# then again in a later skip entry. Spyre applies the first entry for it, like crcr.
+TWICE = """\
+test_suite_config:
+  files:
+    - path: ${TORCH_ROOT}/test/test_plain_reuse.py
+      unlisted_test_mode: skip
+      tests:
+        - names: [TestPlainMath::test_wrong_on_purpose]
+          mode: xfail
+        - names:
+            - TestPlainMath::test_sum
+            - TestPlainMath::test_wrong_on_purpose
+          mode: skip
+        - names: [TestPlainMath::test_wrong_on_purpose]
+          mode: skip
+"""
+
+
+def test_a_name_a_later_entry_gives_another_mode_keeps_the_first_and_says_so(tmp_path):
+    text, report = import_text(TWICE, "twice.yaml")
+    path = tmp_path / "twice.yaml"
+    path.write_text(text)
+    entry = load_configs([path], {"TORCH_ROOT": str(TREE)}).files[0]  # no conflict left
+    assert [(t.mode, [n.text for n in t.names]) for t in entry.tests] == [
+        ("xfail", ["TestPlainMath::test_wrong_on_purpose"]),
+        ("skip", ["TestPlainMath::test_sum"]),
+    ]
+    why = "(skip) dropped: the entry at line 6 gives it xfail, which Spyre and crcr both apply"
+    assert report.notes == [
+        f"twice.yaml:10:15: 'TestPlainMath::test_wrong_on_purpose' {why}",
+        f"twice.yaml:12:19: 'TestPlainMath::test_wrong_on_purpose' {why}",  # its entry is gone
+    ]
+    assert text.count("test_wrong_on_purpose") == 1
