@@ -99,8 +99,8 @@ def test_the_big_tree_benches_run_at_a_tiny_size_and_print_their_figures(tmp_pat
         assert all(figure.value > 0 for figure in found)
 
 
-# Two Spyre-style configs (after Spyre's own: a model-op item, an upstream file listing a
-# test twice with two modes) and a YAML file that is no config.
+# Three Spyre-style configs (after Spyre's own: a model-op item, an upstream file listing a
+# test twice with two modes; one with a mode neither knows) and a YAML file that is no config.
 SPYRE_OPS = """\
 test_suite_config:
   labels: [trunk, core]
@@ -129,6 +129,7 @@ test_suite_config:
         - names: [TestTwice::test_one, TestTwice::test_two]
           mode: skip
 """
+SPYRE_BAD = SPYRE_TWICE.replace("mode: xfail", "mode: sometimes")
 
 
 def test_spyre_configs_reports_what_imports_validates_and_keeps_its_descriptions(tmp_path):
@@ -136,6 +137,7 @@ def test_spyre_configs_reports_what_imports_validates_and_keeps_its_descriptions
     (tree / "models").mkdir(parents=True)
     (tree / "models" / "ops.yaml").write_text(SPYRE_OPS)
     (tree / "twice.yaml").write_text(SPYRE_TWICE)
+    (tree / "bad.yaml").write_text(SPYRE_BAD)
     (tree / "ci.yaml").write_text("jobs: {build: {}}\n")
     script = [sys.executable, str(ROOT / "bench" / "spyre_configs.py")]
     done = subprocess.run([*script, str(tmp_path)], cwd=ROOT, capture_output=True, text=True,
@@ -143,10 +145,12 @@ def test_spyre_configs_reports_what_imports_validates_and_keeps_its_descriptions
     out = done.stdout
     assert done.returncode == 1, out + done.stderr
     assert "(1 other YAML files left alone)" in out
-    for line in ("found          2", "imported       2", "validated      1", "failed         1"):
+    for line in ("found          3", "imported       3", "validated      2", "failed         1"):
         assert line in out, out
-    assert "FAILED (validate) tests/configs/twice.yaml:" in out
-    assert "conflicting mode for 'TestTwice::test_one'" in out
+    assert "FAILED (validate) tests/configs/bad.yaml:" in out
+    assert "mode must be one of" in out.split("FAILED (validate) tests/configs/bad.yaml:")[1]
+    # Listed twice with two modes: the first entry's, as in Spyre, and a line says so.
+    assert "'TestTwice::test_one' (skip) dropped: the entry at line 6 gives it xfail" in out
     assert "1  edits.ops.include: model-op items" in out
     assert "edits.ops.include               1        0" in out  # dropped with its item
     assert "global.supported_dtypes         1        1" in out
