@@ -10,10 +10,10 @@ consumer verifies them by hash.
 
 import hashlib
 import importlib.metadata
+import importlib.util
 import os
 import re
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -42,10 +42,26 @@ def sha256_file(path: Path) -> str:
 
 
 def locate_module(name: str) -> Path:
-    """The source folder or file of a module, found on sys.path without importing it."""
-    relative = Path(*name.split("."))
-    for entry in map(Path, sys.path):
-        for candidate in (entry / relative / "__init__.py", entry / f"{relative}.py"):
+    """The source folder or file of a module, found without importing it.
+
+    The top-level package is looked up by the import system's finders (so an editable
+    install's finder counts, as for the engine's `pip install -e ./engine`), without
+    running it; the rest of the dotted name is walked on disk from there.
+    """
+    top, *rest = name.split(".")
+    try:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        spec = None
+    if spec is not None and spec.submodule_search_locations:
+        roots = [Path(location) for location in spec.submodule_search_locations]
+    elif spec is not None and spec.origin and not rest:
+        return Path(spec.origin)
+    else:
+        roots = []
+    relative = Path(*rest) if rest else Path()
+    for root in roots:
+        for candidate in (root / relative / "__init__.py", root / f"{relative}.py"):
             if candidate.is_file():
                 return candidate.parent if candidate.name == "__init__.py" else candidate
     raise ArtifactError(f"module {name!r} is not on the Python path")
