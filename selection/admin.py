@@ -1,3 +1,5 @@
+from crcr_reuse.yaml_limits import YamlLimitError, check
+from django import forms
 from django.contrib import admin
 
 from selection import models
@@ -27,8 +29,29 @@ class OpUsageAdmin(admin.ModelAdmin):
     search_fields = ["op", "test_name"]
 
 
+class ConfigVersionForm(forms.ModelForm):
+    """An admin's config text, refused past the YAML limits before it is stored (runs,
+    config PRs and the pipeline read it later)."""
+
+    class Meta:
+        model = models.ConfigVersion
+        fields = [
+            "backend", "number", "parent", "yaml_text", "sha256", "message", "created_by",
+            "created_at",
+        ]  # fmt: skip
+
+    def clean_yaml_text(self) -> str:
+        text = self.cleaned_data["yaml_text"]
+        try:
+            check(text, "yaml_text", ruamel=True)
+        except YamlLimitError as error:
+            raise forms.ValidationError(str(error)) from None
+        return text
+
+
 @admin.register(models.ConfigVersion)
 class ConfigVersionAdmin(admin.ModelAdmin):
+    form = ConfigVersionForm
     list_display = ["backend", "number", "sha256", "created_at"]
 
 
