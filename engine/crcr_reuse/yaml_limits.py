@@ -13,15 +13,15 @@ alias-expanding walk would, with one memo per anchor of the size of the subtree 
 names, so the count costs one pass over the text however large the expansion; stop
 at the first alias, nesting or node past a limit. An alias inside the node it names
 (a cycle) is refused too: no walk over it ends. A text PyYAML cannot parse is left to
-the caller's own loader to report; ``ruamel=True`` (the Spyre importer and crcr's
-config writer load with ruamel.yaml) reads it with ruamel's parser instead.
+the caller's own loader to report (but past libyaml's own 1,000 levels PyYAML's Python
+parser counts them); ``ruamel=True`` (the Spyre importer and crcr's config writer load
+with ruamel.yaml) then reads it with ruamel's parser too.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable
-from functools import partial
 from typing import Any
 
 import yaml
@@ -51,28 +51,30 @@ class YamlLimitError(ValueError):
 def check(text: str, source: str = "<text>", *, ruamel: bool = False) -> None:
     """Raise YamlLimitError when the text crosses a limit (see the module's steps)."""
     _check_size(text, source)
-    for parse in _parsers(ruamel):
-        try:
-            _Count(source).events(parse(text))
-            return
-        except YamlLimitError:
-            raise
-        except Exception:  # ruamel raises many kinds; each means "not YAML to this parser"
-            continue  # the next one may read further (libyaml stops at 1,000 levels)
-    # No parser reads the whole text: the caller's loader reports where it is not YAML.
-
-
-def _parsers(ruamel: bool) -> list[Callable[[str], Iterable[Any]]]:
-    """Event parsers, fastest first: libyaml, PyYAML's own, then (for ruamel) ruamel's."""
-    loaders = dict.fromkeys([_LOADER, yaml.SafeLoader])  # one, without libyaml
-    found: list[Callable[[str], Iterable[Any]]] = [
-        partial(yaml.parse, Loader=loader) for loader in loaders
-    ]
-    if ruamel:
+    try:
+        _Count(source).events(yaml.parse(text, Loader=_LOADER))
+        return
+    except yaml.YAMLError as error:
+        problem = str(getattr(error, "problem", ""))
+    # libyaml scans ahead and stops at its own 1,000 levels before a single event passes
+    # ours: PyYAML's own parser streams them, and meets MAX_DEPTH early on. Any other
+    # error is the loader's to report (PyYAML's own parser reads the same grammar).
+    if "nesting depth" in problem and _LOADER is not yaml.SafeLoader:
+        _quietly(source, lambda: yaml.parse(text, Loader=yaml.SafeLoader))
+    if ruamel:  # ruamel's grammar differs a little: its parser reads the text then
         from ruamel.yaml import YAML
 
-        found.append(lambda text: YAML(typ="rt").parse(text))
-    return found
+        _quietly(source, lambda: YAML(typ="rt").parse(text))
+
+
+def _quietly(source: str, events: Callable[[], Iterable[Any]]) -> None:
+    """Count a parser's events; a text that is not YAML to it is its loader's to report."""
+    try:
+        _Count(source).events(events())
+    except YamlLimitError:
+        raise
+    except Exception:  # ruamel raises many kinds; all mean "not YAML"
+        return
 
 
 def safe_load(text: str, source: str = "<text>") -> Any:
