@@ -13,8 +13,8 @@ alias-expanding walk would, with one memo per anchor of the size of the subtree 
 names, so the count costs one pass over the text however large the expansion; stop
 at the first alias, nesting or node past a limit. An alias inside the node it names
 (a cycle) is refused too: no walk over it ends. A text PyYAML cannot parse is left to
-the caller's own loader to report (but past libyaml's own 1,000 levels PyYAML's Python
-parser counts them); ``ruamel=True`` (the Spyre importer and crcr's config writer load
+the caller's own loader to report (but libyaml's own nesting cap, 1,000, is past
+MAX_DEPTH: refused); ``ruamel=True`` (the Spyre importer and crcr's config writer load
 with ruamel.yaml) then reads it with ruamel's parser too.
 """
 
@@ -38,6 +38,7 @@ MAX_NODES = 1_000_000  # scalars + lists + mappings, each alias counted as what 
 MAX_DEPTH = 100  # lists and mappings nested in each other
 
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_DEEP = f"YAML limit: lists and mappings nest past the limit of {MAX_DEPTH} (MAX_DEPTH)"
 
 
 class YamlLimitError(ValueError):
@@ -54,13 +55,13 @@ def check(text: str, source: str = "<text>", *, ruamel: bool = False) -> None:
     try:
         _Count(source).events(yaml.parse(text, Loader=_LOADER))
         return
-    except yaml.YAMLError as error:
-        problem = str(getattr(error, "problem", ""))
-    # libyaml scans ahead and stops at its own 1,000 levels before a single event passes
-    # ours: PyYAML's own parser streams them, and meets MAX_DEPTH early on. Any other
-    # error is the loader's to report (PyYAML's own parser reads the same grammar).
-    if "nesting depth" in problem and _LOADER is not yaml.SafeLoader:
-        _quietly(source, lambda: yaml.parse(text, Loader=yaml.SafeLoader))
+    except yaml.MarkedYAMLError as error:
+        # libyaml scans ahead and stops at its own nesting cap (1,000) before one event
+        # passes ours; reading on with PyYAML's Python parser could take seconds.
+        if "nesting depth" in str(error.problem) and error.problem_mark:
+            raise YamlLimitError(_pos(source, error.problem_mark), _DEEP) from None
+    except yaml.YAMLError:
+        pass  # not YAML: the loader reports where (PyYAML's Python parser would agree)
     if ruamel:  # ruamel's grammar differs a little: its parser reads the text then
         from ruamel.yaml import YAML
 
@@ -128,7 +129,7 @@ class _Count:
 
     def start(self, event: Any) -> None:
         if len(self.open) >= MAX_DEPTH:
-            self.refuse(event, f"lists and mappings nest past the limit of {MAX_DEPTH} (MAX_DEPTH)")
+            self.refuse(event, _DEEP)
         self.count(event, 1, "this list or mapping")
         self.open.append([event.anchor, 1])  # its children add to it; its end to its parent
         if event.anchor:
@@ -145,9 +146,12 @@ class _Count:
     def alias(self, event: Any) -> None:
         self.aliases += 1
         if self.aliases > MAX_ALIASES:
-            self.refuse(event, f"more aliases than the limit of {MAX_ALIASES:,} (MAX_ALIASES)")
+            self.refuse(
+                event, f"YAML limit: more aliases than the limit of {MAX_ALIASES:,} (MAX_ALIASES)"
+            )
         if self.open_anchors[event.anchor] > 0:
-            self.refuse(event, f"alias *{event.anchor} is inside the node it names (a cycle)")
+            cycle = f"alias *{event.anchor} is inside the node it names (a cycle)"
+            self.refuse(event, f"YAML limit: {cycle}")
         # An unknown anchor is the loader's error to report; here it counts as one node.
         self.node(event, self.sizes.get(event.anchor, 1), f"alias *{event.anchor}")
 
@@ -162,11 +166,13 @@ class _Count:
         if self.total > MAX_NODES:
             self.refuse(
                 event,
-                f"{what} takes the document past the limit of {MAX_NODES:,} nodes "
+                f"YAML limit: {what} takes the document past the limit of {MAX_NODES:,} nodes "
                 f"(MAX_NODES) with aliases expanded ({size:,} here)",
             )
 
     def refuse(self, event: Any, message: str) -> None:
-        mark = event.start_mark
-        pos = Pos(self.source, mark.line + 1, mark.column + 1)
-        raise YamlLimitError(pos, f"YAML limit: {message}")
+        raise YamlLimitError(_pos(self.source, event.start_mark), message)
+
+
+def _pos(source: str, mark: Any) -> Pos:
+    return Pos(source, mark.line + 1, mark.column + 1)
