@@ -1,6 +1,7 @@
 """Every way a YAML text enters crcr refuses one past the YAML limits before anything
 expands it, and stores nothing: the onboarding page and command, the admin's config
-versions, and the config writer reading a stored config (config PRs, the pipeline)."""
+versions and config PRs, and the config writer reading a stored config (config PRs, the
+pipeline)."""
 
 import pytest
 from crcr_reuse.yaml_limits import MAX_BYTES
@@ -8,9 +9,9 @@ from django.core.management import CommandError, call_command
 
 from runs.models import Backend
 from selection import configwriter
-from selection.models import ConfigVersion
+from selection.models import ConfigChange, ConfigVersion
 from tests.engine.test_yaml_limits import alias_bomb_crcr, billion_laughs_spyre, sample_bomb_spyre
-from tests.factories import make_backend, make_user
+from tests.factories import make_backend, make_config, make_user
 from tests.selection.test_onboarding import FORM, PROFILE, upload
 
 pytestmark = pytest.mark.django_db
@@ -54,11 +55,16 @@ def test_the_onboarding_command_refuses_an_alias_bomb_and_saves_nothing(tmp_path
     assert not Backend.objects.exists() and not ConfigVersion.objects.exists()
 
 
-def test_an_admin_cannot_store_a_config_version_past_the_limits(client):
+def _admin(client):
     admin = make_user("root", role=None)
     admin.is_staff = admin.is_superuser = True
     admin.save()
     client.force_login(admin)
+    return admin
+
+
+def test_an_admin_cannot_store_a_config_version_past_the_limits(client):
+    _admin(client)
     backend = make_backend()
     refused = client.post(
         "/admin/selection/configversion/add/",
@@ -71,6 +77,25 @@ def test_an_admin_cannot_store_a_config_version_past_the_limits(client):
     assert refused.status_code == 200  # the form again, with the error
     assert "yaml_text:" in refused.content.decode() and "(MAX_NODES)" in refused.content.decode()
     assert not ConfigVersion.objects.exists()
+
+
+def test_an_admin_cannot_put_a_bomb_into_a_config_pr(client):
+    _admin(client)
+    base = make_config(make_backend())
+    refused = client.post(
+        "/admin/selection/configchange/add/",
+        {
+            "backend": base.backend.pk, "title": "t", "base": base.pk,
+            "proposed_text": alias_bomb_crcr(), "status": "open",
+            "created_at_0": "2026-01-01", "created_at_1": "00:00:00",
+            "approvals-TOTAL_FORMS": 0, "approvals-INITIAL_FORMS": 0,
+        },
+    )  # fmt: skip
+    assert refused.status_code == 200
+    assert (
+        "proposed_text:" in refused.content.decode() and "(MAX_NODES)" in refused.content.decode()
+    )
+    assert not ConfigChange.objects.exists()
 
 
 def test_the_config_writer_refuses_a_stored_config_past_the_limits():
