@@ -36,7 +36,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from crcr_reuse.yaml_limits import safe_load
+import yaml
 
 RULES_PATH = Path(__file__).with_name("classification_rules.yaml")
 
@@ -145,7 +145,7 @@ def parse_rules(data: Any, source: str = "rules") -> tuple[Rule, ...]:
 
 
 def load_rules(path: Path = RULES_PATH) -> tuple[Rule, ...]:
-    return parse_rules(safe_load(path.read_text(), str(path)), str(path))
+    return parse_rules(yaml.safe_load(path.read_text()), str(path))
 
 
 @functools.cache
