@@ -170,7 +170,7 @@ def apply(parent: str, decisions: Iterable[Decision]) -> str:
     try:
         document = _document(parent)
     except YamlLimitError as error:
-        raise ConfigWriteError(f"the parent config is past a YAML limit: {error}") from None
+        raise ConfigWriteError(str(error)) from None  # "the parent config:L:C: YAML limit: …"
     except Exception as error:  # ruamel raises many kinds; all mean "not YAML"
         raise ConfigWriteError(f"the parent config is not YAML: {error}") from error
     suite = document.get("test_suite_config") if isinstance(document, CommentedMap) else None
