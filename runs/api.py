@@ -219,7 +219,7 @@ class CallbackClaimAPI(TokenAPIView):
 
     @extend_schema(
         request=CallbackClaimSerializer,
-        responses={200: OpenApiTypes.OBJECT, 409: OpenApiTypes.OBJECT},
+        responses={200: OpenApiTypes.OBJECT, 403: OpenApiTypes.OBJECT, 409: OpenApiTypes.OBJECT},
         operation_id="callback_claim",
     )
     def post(self, request: Request) -> Response:
@@ -252,13 +252,18 @@ class CallbackClaimAPI(TokenAPIView):
 
 
 class CallbackAnswerAPI(TokenAPIView):
-    """POST the relay's answer to a claimed callback; the outbox settles it."""
+    """POST the relay's answer to a claimed callback; the outbox settles it. Only the token
+    whose claim holds the lease answers (403 for any other: it cannot mark a job sent)."""
 
     permission_classes = [IsAuthenticated, IsReporter]
 
     @extend_schema(
         request=CallbackAnswerSerializer,
-        responses={200: CallbackStateSerializer, 409: OpenApiTypes.OBJECT},
+        responses={
+            200: CallbackStateSerializer,
+            403: OpenApiTypes.OBJECT,
+            409: OpenApiTypes.OBJECT,
+        },
         operation_id="callback_answer",
     )
     def post(self, request: Request, uuid: str) -> Response:
