@@ -3,6 +3,7 @@ scoped to the backends it may act for."""
 
 import hashlib
 import secrets
+from collections.abc import Iterable
 from datetime import timedelta
 from typing import Any
 
@@ -67,7 +68,9 @@ class ApiToken(models.Model):
         return f"{self.prefix}… ({self.name or 'unnamed'})"
 
     @classmethod
-    def issue(cls, user: Any, name: str = "", backends: Any = ()) -> tuple["ApiToken", str]:
+    def issue(
+        cls, user: Any, name: str = "", backends: Iterable[Backend] = ()
+    ) -> tuple["ApiToken", str]:
         """A new token for `user`, acting for `backends`, and its key, which exists only in
         the return value."""
         token = cls(user=user, name=name)
@@ -76,7 +79,7 @@ class ApiToken(models.Model):
         token.backends.set(backends)
         return token, key
 
-    def may_act_for(self, backend: Any) -> bool:
+    def may_act_for(self, backend: Backend) -> bool:
         """Whether the token acts for `backend`: it is in its scope, or the token is a
         superuser's (an admin acts for every backend)."""
         if self.user.is_superuser:
