@@ -81,6 +81,10 @@ class RelayCallback(models.Model):
     # worker, or one claim of a GitHub Actions reporter (its lease id).
     claimed_by = models.CharField(max_length=200, blank=True)
     lease_until = models.DateTimeField(null=True, blank=True)
+    # The API token whose claim holds the lease: only it may write the answer back.
+    lease_holder = models.ForeignKey(
+        "runs.ApiToken", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     # The Actions run that reports this HUD job, fixed when a reporter first claims one of
     # the job's rows, so that its in_progress and completed carry the same identity even
     # when two reporter runs send them. Empty: the body's own (crcr's relay worker).

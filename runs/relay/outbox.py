@@ -37,7 +37,7 @@ from django.db.models import F, QuerySet
 from django.utils import timezone
 
 from crcr_site.lib import enqueue
-from runs.models import Backend, Failure, RelayCallback, Run, Shard, Trigger
+from runs.models import ApiToken, Backend, Failure, RelayCallback, Run, Shard, Trigger
 from runs.relay import deadlines, delivery, protocol
 
 logger = logging.getLogger(__name__)
@@ -312,8 +312,11 @@ def deliver(callback_id: int) -> RelayCallback | None:
     return settle_answer(callback, answer)
 
 
-def take(callback_id: int, by: str, lease_until: datetime) -> RelayCallback | None:
-    """Claim one due row for a sender until `lease_until`; None when it is not there to take."""
+def take(
+    callback_id: int, by: str, lease_until: datetime, holder: ApiToken | None = None
+) -> RelayCallback | None:
+    """Claim one due row for a sender until `lease_until`; None when it is not there to take.
+    `holder`: the API token of a reporter's claim, the only one that may answer it."""
     now = timezone.now()
     # Concurrency guard: one sender moves the row to `sending` at a time; past its lease
     # the row is pending again (`release_expired_leases`): its sender died.
@@ -321,7 +324,7 @@ def take(callback_id: int, by: str, lease_until: datetime) -> RelayCallback | No
         pk=callback_id, status=S.PENDING, next_attempt_at__lte=now
     ).update(
         status=S.SENDING, attempts=F("attempts") + 1, next_attempt_at=now,
-        claimed_by=by, lease_until=lease_until,
+        claimed_by=by, lease_until=lease_until, lease_holder=holder,
     ):  # fmt: skip
         return None
     return RelayCallback.objects.select_related("run__backend").get(pk=callback_id)
