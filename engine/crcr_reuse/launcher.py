@@ -333,6 +333,21 @@ class PytestRun:
             )
 
 
+def collected_ids(stdout: str) -> list[str]:
+    """The node ids a `-q --collect-only` run listed, whatever characters they hold.
+
+    pytest lists one id a line, then a blank line (or, with nothing listed, a rule)
+    before its summary sections, whose warnings repeat ids and quote code: the ids
+    are the lines before it that name a test (`path::name`)."""
+    ids = []
+    for line in stdout.splitlines():
+        if not line.strip() or line.startswith(("=", "_")):
+            break
+        if "::" in line:
+            ids.append(line)
+    return ids
+
+
 def kill(process: subprocess.Popen[bytes]) -> None:
     """Kill a started process with its whole group and reap it."""
     os.killpg(process.pid, signal.SIGKILL)
