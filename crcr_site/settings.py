@@ -342,7 +342,8 @@ if CRCR_RELAY_IN_PROGRESS_DEADLINE_MINUTES >= 360:
         f"CRCR_RELAY_IN_PROGRESS_DEADLINE_MINUTES={CRCR_RELAY_IN_PROGRESS_DEADLINE_MINUTES} "
         "is not under the relay's 6-hour sweeper (360 minutes), which would time the job out first"
     )
-# Config PRs: the author may not approve their own change while another reviewer exists.
+# Config PRs: the author may not approve their own change, nor may whoever approved one
+# of its proposals approve or merge it (off: a one-person team).
 CRCR_FORBID_SELF_APPROVAL = env_bool("CRCR_FORBID_SELF_APPROVAL", True)
 
 LOGGING = {
