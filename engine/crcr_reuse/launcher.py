@@ -338,12 +338,13 @@ def collected_ids(stdout: str) -> list[str]:
 
     pytest lists one id a line, then a blank line (or, with nothing listed, a rule)
     before its summary sections, whose warnings repeat ids and quote code: the ids
-    are the lines before it that name a test (`path::name`)."""
-    ids = []
+    are the lines up to there that name a test (`path::name`); anything a plugin
+    printed before the listing is passed over."""
+    ids: list[str] = []
     for line in stdout.splitlines():
-        if not line.strip() or line.startswith(("=", "_")):
+        if line.startswith(("=", "_")) or (ids and not line.strip()):
             break
-        if "::" in line:
+        if "::" in line and not line[:1].isspace():
             ids.append(line)
     return ids
 

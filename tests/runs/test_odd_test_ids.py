@@ -83,6 +83,8 @@ def test_the_listing_ends_before_pytest_s_summary_and_warnings():
     # A warning's test id repeated in pytest's summary is not a second test.
     stdout = textwrap.dedent(
         """\
+
+        a plugin's note before the listing
         test/a.py::test_one
         test/a.py::test_two[x y]
 
