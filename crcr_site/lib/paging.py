@@ -86,7 +86,7 @@ def _number(text: str | None) -> int:
 
 
 class ApiPagination(LimitOffsetPagination):
-    """The API's lists: DRF's `limit` and `offset`, with a most a client may ask for (an
+    """The API's lists: DRF's `limit` and `offset`, capped at what a client may ask for (an
     offset or limit past PostgreSQL's bigint is an error; a huge limit lists everything)."""
 
     max_limit = MAX_API_LIMIT
