@@ -73,13 +73,13 @@ def claim(
     """
     RelayCallback.objects.release_expired_leases()
     lease = f"{reporter} #{secrets.token_hex(6)}"
-    until = timezone.now() + timedelta(seconds=lease_seconds())
+    length = timedelta(seconds=lease_seconds())
     due = RelayCallback.objects.due().filter(run__backend=backend)
     claimed: list[RelayCallback] = []
     for callback_id in list(due.values_list("pk", flat=True)[: limit * 4]):
         # A row is taken and its identity fixed together, or not at all.
         with transaction.atomic():
-            callback = outbox.take(callback_id, lease, until, holder)
+            callback = outbox.take(callback_id, lease, length, holder)
             if callback is None:
                 continue  # another reporter (or the relay worker) got there first
             if callback.transition == T.COMPLETED and not outbox.in_progress_landed(callback):
@@ -90,7 +90,9 @@ def claim(
         claimed.append(callback)
         if len(claimed) == limit:
             break
-    return Claim(lease, until, claimed)
+    # The lease's end as the database wrote it (each row's, to the same instant or so).
+    until = min((c.lease_until for c in claimed if c.lease_until), default=None)
+    return Claim(lease, until or timezone.now() + length, claimed)
 
 
 def _fix_identity(callback: RelayCallback, reporter: Reporter) -> bool:
