@@ -102,7 +102,7 @@ def fill(count: int) -> tuple[Any, str]:
     proposals(backend, count)
     user, _ = get_user_model().objects.get_or_create(username="bench-reviewer")
     user.groups.add(Group.objects.get_or_create(name="reviewer")[0])
-    token = ApiToken.issue(user, name="bench")[1]
+    token = ApiToken.issue(user, name="bench", backends=[backend])[1]
     if connection.vendor == "postgresql":
         # The state measured, fresh database or not: no dead rows of earlier runs, and
         # planner statistics for every table the page reads (in a fresh database the

@@ -70,6 +70,7 @@ MIDDLEWARE = [
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
+    "crcr_site.lib.querystrings.RefuseNulMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
@@ -209,7 +210,7 @@ REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["crcr_site.lib.access.RoleTokenAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "DEFAULT_PAGINATION_CLASS": "crcr_site.lib.paging.ApiPagination",
     "PAGE_SIZE": 100,
 }
 SPECTACULAR_SETTINGS = {
@@ -341,7 +342,8 @@ if CRCR_RELAY_IN_PROGRESS_DEADLINE_MINUTES >= 360:
         f"CRCR_RELAY_IN_PROGRESS_DEADLINE_MINUTES={CRCR_RELAY_IN_PROGRESS_DEADLINE_MINUTES} "
         "is not under the relay's 6-hour sweeper (360 minutes), which would time the job out first"
     )
-# Config PRs: the author may not approve their own change while another reviewer exists.
+# Config PRs: the author may not approve their own change, nor may whoever approved one
+# of its proposals approve or merge it (off: a one-person team).
 CRCR_FORBID_SELF_APPROVAL = env_bool("CRCR_FORBID_SELF_APPROVAL", True)
 
 LOGGING = {

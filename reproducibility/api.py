@@ -1,7 +1,8 @@
 """Machine API of reproducibility: metadata, bundles, attestations, re-runs, bisections.
 
 Token-authenticated; reads need a signed-in user, starting work the reviewer
-role. Work that starts later answers 202 with the resource's URL.
+role, and both a token that acts for the run's backend (403 otherwise, nothing
+started). Work that starts later answers 202 with the resource's URL.
 """
 
 from typing import Any
@@ -16,7 +17,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from crcr_site.lib.access import IsReviewer, RoleTokenAuthentication
+from crcr_site.lib.access import IsReviewer, RoleTokenAuthentication, check_backend
 from reproducibility import access, attestation, bisect, bundles, rerun
 from reproducibility import metadata as run_metadata
 from reproducibility.models import Bisection, Rerun
@@ -27,6 +28,7 @@ from reproducibility.serializers import (
     RerunSerializer,
 )
 from reproducibility.views import serve
+from runs.models import Run
 
 
 class TokenAPIView(APIView):
@@ -38,6 +40,13 @@ class TokenAPIView(APIView):
         if self.request.method == "POST":
             return [IsAuthenticated(), IsReviewer()]
         return [IsAuthenticated()]
+
+
+def _run(request: Request, uuid: str) -> Run:
+    """The run (404), if the token acts for its backend (403)."""
+    run = access.run_for(uuid)
+    check_backend(request, run.backend)
+    return run
 
 
 def _accepted(data: dict[str, Any]) -> Response:
@@ -53,7 +62,7 @@ class RecordAPI(TokenAPIView):
 
     @extend_schema(responses={200: OpenApiTypes.OBJECT}, operation_id="run_record_retrieve")
     def get(self, request: Request, uuid: str) -> Response:
-        return Response(run_metadata.metadata(access.run_for(uuid)))
+        return Response(run_metadata.metadata(_run(request, uuid)))
 
 
 class AttestationAPI(TokenAPIView):
@@ -61,13 +70,13 @@ class AttestationAPI(TokenAPIView):
 
     @extend_schema(responses={200: OpenApiTypes.OBJECT}, operation_id="run_attestation_retrieve")
     def get(self, request: Request, uuid: str) -> Response:
-        return Response(attestation.statement(run_metadata.metadata(access.run_for(uuid))))
+        return Response(attestation.statement(run_metadata.metadata(_run(request, uuid))))
 
 
 class BundleListAPI(TokenAPIView):
     @extend_schema(responses={200: BundleSerializer(many=True)}, operation_id="run_bundle_list")
     def get(self, request: Request, uuid: str) -> Response:
-        run = access.run_for(uuid)
+        run = _run(request, uuid)
         rows = run.bundles.select_related("run").order_by("-created_at", "-pk")
         return Response(BundleSerializer(rows, many=True, context={"request": request}).data)
 
@@ -77,7 +86,7 @@ class BundleListAPI(TokenAPIView):
         operation_id="run_bundle_create",
     )
     def post(self, request: Request, uuid: str) -> Response:
-        run = access.run_for(uuid)
+        run = _run(request, uuid)
         form = BundleRequestSerializer(data=request.data)
         form.is_valid(raise_exception=True)
         if not run.is_finished:
@@ -89,7 +98,7 @@ class BundleListAPI(TokenAPIView):
 class BundleDetailAPI(TokenAPIView):
     @extend_schema(responses={200: BundleSerializer}, operation_id="run_bundle_retrieve")
     def get(self, request: Request, uuid: str, bundle_uuid: str) -> Response:
-        bundle = access.bundle_for(access.run_for(uuid), bundle_uuid)
+        bundle = access.bundle_for(_run(request, uuid), bundle_uuid)
         return Response(BundleSerializer(bundle, context={"request": request}).data)
 
 
@@ -99,7 +108,7 @@ class BundleDownloadAPI(TokenAPIView):
         operation_id="run_bundle_download",
     )
     def get(self, request: Request, uuid: str, bundle_uuid: str) -> FileResponse:
-        return serve(access.downloadable(access.run_for(uuid), bundle_uuid))
+        return serve(access.downloadable(_run(request, uuid), bundle_uuid))
 
 
 class RerunCreateAPI(TokenAPIView):
@@ -109,7 +118,7 @@ class RerunCreateAPI(TokenAPIView):
         operation_id="run_bundle_rerun_create",
     )
     def post(self, request: Request, uuid: str, bundle_uuid: str) -> Response:
-        bundle = access.bundle_for(access.run_for(uuid), bundle_uuid)
+        bundle = access.bundle_for(_run(request, uuid), bundle_uuid)
         try:
             made = rerun.start(bundle, user=request.user)
         except rerun.RerunError as error:
@@ -120,7 +129,10 @@ class RerunCreateAPI(TokenAPIView):
 class RerunDetailAPI(TokenAPIView):
     @extend_schema(responses={200: RerunSerializer}, operation_id="rerun_retrieve")
     def get(self, request: Request, uuid: str) -> Response:
-        made = get_object_or_404(Rerun.objects.select_related("original", "run"), uuid=uuid)
+        made = get_object_or_404(
+            Rerun.objects.select_related("original__backend", "run"), uuid=uuid
+        )
+        check_backend(request, made.original.backend)
         return Response(RerunSerializer(made, context={"request": request}).data)
 
 
@@ -132,7 +144,7 @@ class BisectionCreateAPI(TokenAPIView):
     )
     def post(self, request: Request, uuid: str) -> Response:
         try:
-            bisection = bisect.start(access.run_for(uuid), user=request.user)
+            bisection = bisect.start(_run(request, uuid), user=request.user)
         except bisect.BisectError as error:
             return _refused(error)
         return _accepted(BisectionSerializer(bisection, context={"request": request}).data)
@@ -141,5 +153,8 @@ class BisectionCreateAPI(TokenAPIView):
 class BisectionDetailAPI(TokenAPIView):
     @extend_schema(responses={200: BisectionSerializer}, operation_id="bisection_retrieve")
     def get(self, request: Request, uuid: str) -> Response:
-        bisection = get_object_or_404(Bisection, uuid=uuid)
+        bisection = get_object_or_404(
+            Bisection.objects.select_related("bad_run__backend"), uuid=uuid
+        )
+        check_backend(request, bisection.bad_run.backend)
         return Response(BisectionSerializer(bisection, context={"request": request}).data)

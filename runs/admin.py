@@ -109,17 +109,29 @@ class BackendAdmin(admin.ModelAdmin):
 
 @admin.register(models.ApiToken)
 class ApiTokenAdmin(admin.ModelAdmin):
-    """Tokens by prefix only: the key is shown once, in the message after adding one."""
+    """Tokens by prefix only: the key is shown once, in the message after adding one.
+    Each acts for the backends ticked here (none: for none); deleting one revokes it."""
 
-    list_display = ["prefix", "name", "user", "created_at", "last_used_at"]
+    list_display = ["prefix", "name", "user", "scope", "created_at", "last_used_at"]
     list_select_related = ["user"]
+    list_filter = ["backends"]
     search_fields = ["prefix", "name", "user__username"]
     readonly_fields = ["prefix", "created_at", "last_used_at"]
+    filter_horizontal = ["backends"]
+
+    def get_queryset(self, request: HttpRequest) -> Any:
+        return super().get_queryset(request).prefetch_related("backends")
+
+    @admin.display(description="acts for")
+    def scope(self, token: Any) -> str:
+        if token.user.is_superuser:
+            return "every backend (a superuser's token)"
+        return ", ".join(sorted(backend.slug for backend in token.backends.all())) or "no backend"
 
     def get_fields(self, request: HttpRequest, obj: Any = None) -> tuple[str, ...]:
         if obj is None:
-            return ("user", "name")
-        return ("prefix", "name", "user", "created_at", "last_used_at")
+            return ("user", "name", "backends")
+        return ("prefix", "name", "user", "backends", "created_at", "last_used_at")
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
         # A token's key and owner are fixed; a new key is a new token.

@@ -1,4 +1,7 @@
-"""Machine API of the runs app: dispatch intake, GitHub webhooks, runs, HUD reporters."""
+"""Machine API of the runs app: dispatch intake, GitHub webhooks, runs, HUD reporters.
+
+Every endpoint that touches a backend's rows checks that the token acts for that backend
+(`check_backend`: 403, nothing written) before it changes or shows anything."""
 
 from typing import Any
 
@@ -7,15 +10,16 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import generics, status
 from rest_framework import serializers as fields
+from rest_framework.exceptions import NotAuthenticated
 from rest_framework.permissions import AllowAny, IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from crcr_site.lib.access import IsMachine, RoleTokenAuthentication
+from crcr_site.lib.access import IsMachine, RoleTokenAuthentication, check_backend
 from runs import attempts
 from runs import dispatch as intake
-from runs.models import Backend, Dispatch, RelayCallback, Run
+from runs.models import ApiToken, Backend, Dispatch, RelayCallback, Run
 from runs.relay import claims, delivery
 from runs.serializers import (
     AttemptSerializer,
@@ -39,6 +43,14 @@ PROBLEMS = inline_serializer(
 class TokenAPIView(APIView):
     authentication_classes = [RoleTokenAuthentication]
     permission_classes = [IsAuthenticated]
+
+
+def _token(request: Request) -> ApiToken:
+    """The request's API token (these views authenticate only with one)."""
+    token = request.auth
+    if not isinstance(token, ApiToken):
+        raise NotAuthenticated()
+    return token
 
 
 def _answer(received: intake.Received) -> Response:
@@ -84,6 +96,7 @@ class DispatchIntakeAPI(TokenAPIView):
         try:
             intake.check_size(request.META.get("CONTENT_LENGTH"))
             backend = _backend_for(request)
+            check_backend(request, backend)
             raw = request.body
             received = intake.receive(backend, intake.parse_json(raw), raw, Dispatch.Source.CRCR)
         except intake.IntakeError as error:
@@ -94,7 +107,8 @@ class DispatchIntakeAPI(TokenAPIView):
 class DispatchDetailAPI(TokenAPIView):
     @extend_schema(responses=DispatchOutSerializer, operation_id="dispatch_retrieve")
     def get(self, request: Request, uuid: str) -> Response:
-        dispatch = get_object_or_404(Dispatch, uuid=uuid)
+        dispatch = get_object_or_404(Dispatch.objects.select_related("backend"), uuid=uuid)
+        check_backend(request, dispatch.backend)
         return Response(DispatchOutSerializer(dispatch).data)
 
 
@@ -130,21 +144,32 @@ class GitHubWebhookAPI(APIView):
 
 
 class WhoAmIAPI(TokenAPIView):
-    """The token's user: a trivial authenticated endpoint for clients to check a token."""
+    """The token's user and the backends it acts for: for clients to check a token."""
 
     @extend_schema(
-        responses=inline_serializer("WhoAmI", {"username": fields.CharField()}),
+        responses=inline_serializer(
+            "WhoAmI",
+            {
+                "username": fields.CharField(),
+                "backends": fields.ListField(child=fields.CharField()),
+            },
+        ),
         operation_id="whoami",
     )
     def get(self, request: Request) -> Response:
-        return Response({"username": request.user.get_username()})
+        backends = [backend.slug for backend in _token(request).scope().order_by("slug")]
+        return Response({"username": request.user.get_username(), "backends": backends})
 
 
 class RunListAPI(generics.ListAPIView):
     authentication_classes = [RoleTokenAuthentication]
     permission_classes = [IsAuthenticated]
     serializer_class = RunSerializer
-    queryset = Run.objects.select_related("backend").order_by("-created_at")
+
+    def get_queryset(self) -> Any:
+        # The runs of the backends the token acts for.
+        runs = Run.objects.filter(backend__in=_token(self.request).scope())
+        return runs.select_related("backend").order_by("-created_at")
 
 
 class RunDetailAPI(generics.RetrieveAPIView):
@@ -153,6 +178,11 @@ class RunDetailAPI(generics.RetrieveAPIView):
     serializer_class = RunDetailSerializer
     queryset = Run.objects.select_related("backend", "trigger__dispatch", "retry_of")
     lookup_field = "uuid"
+
+    def get_object(self) -> Run:
+        run: Run = super().get_object()
+        check_backend(self.request, run.backend)
+        return run
 
 
 class RunAttemptAPI(TokenAPIView):
@@ -168,7 +198,8 @@ class RunAttemptAPI(TokenAPIView):
         operation_id="run_attempt_create",
     )
     def post(self, request: Request, uuid: str) -> Response:
-        run = get_object_or_404(Run, uuid=uuid)
+        run = get_object_or_404(Run.objects.select_related("backend"), uuid=uuid)
+        check_backend(request, run.backend)
         serializer = AttemptSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         made = attempts.start(run, serializer.validated_data["run_attempt"])
@@ -188,7 +219,7 @@ class CallbackClaimAPI(TokenAPIView):
 
     @extend_schema(
         request=CallbackClaimSerializer,
-        responses={200: OpenApiTypes.OBJECT, 409: OpenApiTypes.OBJECT},
+        responses={200: OpenApiTypes.OBJECT, 403: OpenApiTypes.OBJECT, 409: OpenApiTypes.OBJECT},
         operation_id="callback_claim",
     )
     def post(self, request: Request) -> Response:
@@ -196,6 +227,7 @@ class CallbackClaimAPI(TokenAPIView):
             backend = _backend_for(request)
         except intake.IntakeError as error:
             return _refuse(error)
+        check_backend(request, backend)
         if backend.relay_sender != Backend.RelaySender.ACTIONS:
             problem = (
                 f"backend {backend.slug!r} sends its HUD callbacks from crcr's relay worker "
@@ -205,7 +237,8 @@ class CallbackClaimAPI(TokenAPIView):
         serializer = CallbackClaimSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
-        claim = claims.claim(backend, claims.Reporter(**data["reporter"]), data["limit"])
+        reporter = claims.Reporter(**data["reporter"])
+        claim = claims.claim(backend, reporter, data["limit"], holder=_token(request))
         return Response(
             {
                 "lease": {
@@ -219,25 +252,35 @@ class CallbackClaimAPI(TokenAPIView):
 
 
 class CallbackAnswerAPI(TokenAPIView):
-    """POST the relay's answer to a claimed callback; the outbox settles it."""
+    """POST the relay's answer to a claimed callback; the outbox settles it. Only the token
+    whose claim holds the lease answers (403 for any other: it cannot mark a job sent)."""
 
     permission_classes = [IsAuthenticated, IsReporter]
 
     @extend_schema(
         request=CallbackAnswerSerializer,
-        responses={200: CallbackStateSerializer, 409: OpenApiTypes.OBJECT},
+        responses={
+            200: CallbackStateSerializer,
+            403: OpenApiTypes.OBJECT,
+            409: OpenApiTypes.OBJECT,
+        },
         operation_id="callback_answer",
     )
     def post(self, request: Request, uuid: str) -> Response:
+        found = get_object_or_404(RelayCallback.objects.select_related("run__backend"), uuid=uuid)
+        check_backend(request, found.run.backend)
         serializer = CallbackAnswerSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
         answer = None
         if data["sent"]:
             answer = delivery.answer_of(data["status"], data["text"], data["retry_after"])
-        callback = claims.settle_reported(str(uuid), data["lease"], answer)
+        callback = claims.settle_reported(str(uuid), data["lease"], answer, holder=_token(request))
         if callback is None:
-            get_object_or_404(RelayCallback, uuid=uuid)
+            if found.claimed_by == data["lease"] and found.lease_holder_id != _token(request).pk:
+                # Only the token whose claim holds the lease may answer for it.
+                problem = "this callback's lease is held by another token: it answers it"
+                return Response({"error": problem}, status=status.HTTP_403_FORBIDDEN)
             problem = (
                 "this lease is no longer held (it ran out and the callback was taken back); "
                 "its next try settles it"

@@ -123,7 +123,9 @@ def verify_signature(backend: Backend, raw: bytes, header: str | None) -> None:
     if not header or not header.startswith("sha256="):
         raise IntakeError(401, ["X-Hub-Signature-256 is missing or not sha256=…"])
     expected = hmac.new(backend.webhook_secret.encode(), raw, hashlib.sha256).hexdigest()
-    if not hmac.compare_digest(expected, header.removeprefix("sha256=")):
+    # As bytes: compare_digest refuses a str with a non-ASCII character (a TypeError).
+    given = header.removeprefix("sha256=").encode("utf-8", "replace")
+    if not hmac.compare_digest(expected.encode(), given):
         raise IntakeError(401, ["X-Hub-Signature-256 does not match the body"])
 
 

@@ -14,7 +14,7 @@ failed shards as they were.
 from dataclasses import replace
 from pathlib import Path
 
-from crcr_reuse.launcher import PytestRun, TestEnvironment
+from crcr_reuse.launcher import PytestRun, TestEnvironment, collected_ids
 from crcr_reuse.outcomes import canonical
 from django.conf import settings
 from django.db import transaction
@@ -79,8 +79,7 @@ def collect(pytest: PytestRun) -> list[str]:
     """Node ids of every test the run's config selects on its test tree."""
     completed = replace(pytest, collect_only=True, rewrite_asserts=False).run(timeout=1800)
     # Ids in one spelling of the backend's class suffix, as results are stored.
-    lines = completed.stdout.splitlines()
-    ids = [canonical(line) for line in lines if "::" in line and " " not in line]
+    ids = [canonical(line) for line in collected_ids(completed.stdout)]
     if completed.returncode not in (0, 5) or (completed.returncode == 0 and not ids):
         tail = (completed.stdout + completed.stderr)[-3000:]
         raise PlanningError(f"collection failed (exit {completed.returncode}):\n{tail}")

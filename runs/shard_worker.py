@@ -23,6 +23,7 @@ from django.db import (
     transaction,
 )
 from django.db.models import F, Q
+from django.db.models.functions import Now
 from django.utils import timezone
 
 from crcr_site.lib import leases
@@ -61,8 +62,8 @@ def claims_allowed() -> int:
 def claim(shard_id: int, worker: str) -> Shard | None:
     # Concurrency guard: only one worker moves a shard to running; a running
     # shard is taken over only when its heartbeat went silent (worker died),
-    # and never once its claims ran out (the sweep fails it instead).
-    now = timezone.now()
+    # and never once its claims ran out (the sweep fails it instead). Times are the
+    # database's (`Now()`): a host whose clock is off must not judge a lease by it.
     claimable = Q(status=Shard.Status.PENDING) | Q(
         status=Shard.Status.RUNNING, heartbeat_at__lt=leases.stale_before()
     )
@@ -70,8 +71,8 @@ def claim(shard_id: int, worker: str) -> Shard | None:
         status=Shard.Status.RUNNING,
         attempts=F("attempts") + 1,
         worker=worker,
-        started_at=now,
-        heartbeat_at=now,
+        started_at=Now(),
+        heartbeat_at=Now(),
         tests_done=0,
     )
     return (
@@ -91,7 +92,7 @@ class Heartbeat(leases.Heartbeat):
 
     def refresh(self) -> None:
         Shard.objects.filter(pk=self.shard.pk, worker=self.shard.worker).update(
-            heartbeat_at=timezone.now(), tests_done=self.tests_done()
+            heartbeat_at=Now(), tests_done=self.tests_done()
         )
 
     def tests_done(self) -> int:

@@ -1,3 +1,5 @@
+from crcr_reuse.yaml_limits import YamlLimitError, check
+from django import forms
 from django.contrib import admin
 
 from selection import models
@@ -27,9 +29,44 @@ class OpUsageAdmin(admin.ModelAdmin):
     search_fields = ["op", "test_name"]
 
 
+def _bounded(text: str, field: str) -> str:
+    """A config text an admin typed, refused past the YAML limits before it is stored
+    (runs, config PRs and the pipeline read it later)."""
+    try:
+        check(text, field, ruamel=True)
+    except YamlLimitError as error:
+        raise forms.ValidationError(str(error)) from None
+    return text
+
+
+class ConfigVersionForm(forms.ModelForm):
+    class Meta:
+        model = models.ConfigVersion
+        fields = [
+            "backend", "number", "parent", "yaml_text", "sha256", "message", "created_by",
+            "created_at",
+        ]  # fmt: skip
+
+    def clean_yaml_text(self) -> str:
+        return _bounded(self.cleaned_data["yaml_text"], "yaml_text")
+
+
 @admin.register(models.ConfigVersion)
 class ConfigVersionAdmin(admin.ModelAdmin):
+    form = ConfigVersionForm
     list_display = ["backend", "number", "sha256", "created_at"]
+
+
+class ConfigChangeForm(forms.ModelForm):
+    class Meta:
+        model = models.ConfigChange
+        fields = [
+            "backend", "title", "base", "proposed_text", "status", "author", "merged_version",
+            "created_at", "merged_at",
+        ]  # fmt: skip
+
+    def clean_proposed_text(self) -> str:
+        return _bounded(self.cleaned_data["proposed_text"], "proposed_text")
 
 
 class ConfigApprovalInline(admin.TabularInline):
@@ -39,6 +76,7 @@ class ConfigApprovalInline(admin.TabularInline):
 
 @admin.register(models.ConfigChange)
 class ConfigChangeAdmin(admin.ModelAdmin):
+    form = ConfigChangeForm
     list_display = ["title", "backend", "status", "created_at"]
     list_filter = ["status"]
     inlines = [ConfigApprovalInline]

@@ -27,7 +27,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import yaml
 from django.conf import settings
 
 PROBE_TIMEOUT = 300
@@ -72,7 +71,9 @@ class Capabilities:
 
 def declared(config_text: str) -> tuple[list[str] | None, list[str] | None, dict[str, list[str]]]:
     """(op names, dtype names, per-op dtypes) from a config's global section; None if absent."""
-    data = yaml.safe_load(config_text) or {}
+    from crcr_reuse.yaml_limits import safe_load  # here: the device probe runs this module
+
+    data = safe_load(config_text, "the config") or {}
     section = (data.get("test_suite_config") or {}).get("global") or {}
     ops = section.get("supported_ops")
     dtypes = section.get("supported_dtypes")

@@ -6,8 +6,9 @@
 - `approve()` records a reviewer's approval of the revision they saw
   (`ConfigChange.revision`, the hash of the diff on the page); with
   `CRCR_FORBID_SELF_APPROVAL` (the default) the author may never approve their
-  own change: two people see every config change (a one-person team turns the
-  setting off, and the page says so).
+  own change, nor may whoever approved any of its proposals approve or merge it:
+  two people see every config change, its content included (a one-person team
+  turns the setting off, and the page says so).
 - `merge()` turns a change approved at its current revision into version base+1,
   only while its base is still the backend's latest version; otherwise the change
   is marked `needs_rebase` and nothing is applied.
@@ -34,7 +35,13 @@ from django.utils import timezone
 from crcr_site.lib.access import can_review
 from runs.models import Backend
 from selection import configwriter
-from selection.models import ConfigApproval, ConfigChange, ConfigVersion, Proposal
+from selection.models import (
+    ConfigApproval,
+    ConfigChange,
+    ConfigVersion,
+    Proposal,
+    ProposalEvent,
+)
 from selection.pipeline import explicit_entries
 
 FILE_NAME = "crcr-config.yaml"
@@ -149,15 +156,46 @@ def is_stale(change: ConfigChange) -> bool:
     return latest is not None and latest.pk != change.base_id
 
 
+def content_reviewers(change: ConfigChange) -> set[int]:
+    """Ids of whoever approved a proposal the change holds: they decided its content, so
+    the change itself needs someone else (its reviewer now, or any earlier approver)."""
+    proposals = change.proposals.all()
+    approvers = set(proposals.exclude(reviewer=None).values_list("reviewer_id", flat=True))
+    events = ProposalEvent.objects.filter(
+        proposal__in=proposals, action=ProposalEvent.Action.APPROVED, actor__isnull=False
+    )
+    return approvers | set(events.values_list("actor_id", flat=True))
+
+
+def _second_person(change: ConfigChange, user: Any, action: str) -> str | None:
+    """Why the user may not `action` the change under the two-person rule, if they may not."""
+    if not settings.CRCR_FORBID_SELF_APPROVAL:
+        return None
+    if action == "approve" and change.author_id == user.pk:
+        return "you opened this config PR: another reviewer must approve it"
+    if user.pk in content_reviewers(change):
+        return (
+            f"you approved proposals in this config PR: a reviewer who approved none of "
+            f"them must {action} it"
+        )
+    return None
+
+
+def _counted_approvals(change: ConfigChange, revision: str) -> QuerySet[ConfigApproval]:
+    """Approvals of `revision` that count: not by one who approved a proposal in it."""
+    approvals = change.approvals.filter(revision=revision)
+    if settings.CRCR_FORBID_SELF_APPROVAL:
+        approvals = approvals.exclude(reviewer_id__in=content_reviewers(change))
+    return approvals
+
+
 def may_approve(change: ConfigChange, user: Any) -> str | None:
     """None when the user may approve the change, else why not."""
     if change.status != ConfigChange.Status.OPEN:
         return f"this config PR is {change.get_status_display()}"
     if not can_review(user):
         return "approving needs the reviewer role"
-    if settings.CRCR_FORBID_SELF_APPROVAL and change.author_id == user.pk:
-        return "you opened this config PR: another reviewer must approve it"
-    return None
+    return _second_person(change, user, "approve")
 
 
 def may_merge(change: ConfigChange, user: Any) -> str | None:
@@ -166,7 +204,10 @@ def may_merge(change: ConfigChange, user: Any) -> str | None:
         return "merging needs the reviewer role"
     if change.status != ConfigChange.Status.OPEN:
         return f"this config PR is {change.get_status_display()}"
-    if not change.approvals.filter(revision=change.revision).exists():
+    refusal = _second_person(change, user, "merge")
+    if refusal:
+        return refusal
+    if not _counted_approvals(change, change.revision).exists():
         return "it can be merged once another reviewer approved this revision"
     return None
 
@@ -204,7 +245,8 @@ def merge(change: ConfigChange, user: Any, revision: str) -> ConfigVersion:
     1. lock the backend row: merges, rebases and new changes for one backend run one
        at a time, so the change read next cannot move before the merge commits;
     2. refuse a change that is not open, that is no longer at the `revision` the
-       caller saw, or that has no approval of that revision;
+       caller saw, or that has no approval of that revision by a reviewer who approved
+       none of its proposals; refuse a merger who approved one (the two-person rule);
     3. compare the base with the latest version; stale -> `needs_rebase`, nothing applied;
     4. create version base+1 (unique per backend: a racing merge cannot reuse the number),
        mark the change merged and its proposals merged.
@@ -218,7 +260,10 @@ def merge(change: ConfigChange, user: Any, revision: str) -> ConfigVersion:
             if change.status != ConfigChange.Status.OPEN:
                 raise ChangeError(f"this config PR is {change.get_status_display()}")
             _check_revision(change, revision, "merge")
-            if not change.approvals.filter(revision=revision).exists():
+            refusal = _second_person(change, user, "merge")
+            if refusal:
+                raise ChangeError(refusal)
+            if not _counted_approvals(change, revision).exists():
                 raise ChangeError(
                     "this config PR needs a reviewer's approval of this revision "
                     "before it is merged"

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from crcr_reuse.yaml_limits import YamlLimitError, check
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
@@ -53,6 +54,13 @@ class Decision:
     @property
     def name(self) -> str:
         return f"{self.class_name}::{self.test_name}" if self.class_name else self.test_name
+
+
+def _document(parent: str) -> Any:
+    """The parent config, round trip; YamlLimitError before ruamel reads a text past the
+    YAML limits (a stored config predating them, or an admin's edit)."""
+    check(parent, "the parent config", ruamel=True)
+    return YAML(typ="rt").load(parent)
 
 
 # -- rendering ------------------------------------------------------------------------------
@@ -160,7 +168,9 @@ def apply(parent: str, decisions: Iterable[Decision]) -> str:
         return parent
     lines = parent.splitlines()
     try:
-        document = YAML(typ="rt").load(parent)
+        document = _document(parent)
+    except YamlLimitError as error:
+        raise ConfigWriteError(str(error)) from None  # "the parent config:L:C: YAML limit: …"
     except Exception as error:  # ruamel raises many kinds; all mean "not YAML"
         raise ConfigWriteError(f"the parent config is not YAML: {error}") from error
     suite = document.get("test_suite_config") if isinstance(document, CommentedMap) else None
@@ -352,7 +362,7 @@ def standalone(parent: str, decisions: Iterable[Decision]) -> str:
     """A config running exactly the decisions (no other test); the parent's labels and
     global section are copied line for line."""
     lines = parent.splitlines()
-    document = YAML(typ="rt").load(parent) if parent.strip() else None
+    document = _document(parent) if parent.strip() else None
     suite = document.get("test_suite_config") if isinstance(document, CommentedMap) else None
     by_file: dict[str, list[Decision]] = {}
     for decision in decisions:
@@ -370,7 +380,7 @@ def standalone(parent: str, decisions: Iterable[Decision]) -> str:
 def every_test(parent: str, files: Sequence[str], mode: str = "mandatory_success") -> str:
     """A config running every test of the files in one mode, with the parent's global section."""
     lines = parent.splitlines()
-    document = YAML(typ="rt").load(parent) if parent.strip() else None
+    document = _document(parent) if parent.strip() else None
     suite = document.get("test_suite_config") if isinstance(document, CommentedMap) else None
     out = ["test_suite_config:", *_copied(suite, "labels", lines), "  files:"]
     for path in files:

@@ -1,6 +1,8 @@
 import json
 import re
+from typing import Any
 
+from crcr_reuse.yaml_limits import MAX_BYTES
 from django import forms
 from django.db import connection
 from django.db.models import Exists, OuterRef, Q, QuerySet, Subquery
@@ -215,6 +217,16 @@ class OnboardingForm(forms.ModelForm):
             "slug", "name", "repository", "device_module", "version", "tracked_release",
             "relay_url", "relay_mode", "relay_sender", "relay_token",
         ]  # fmt: skip
+
+    def clean_config(self) -> Any:
+        """A file past the YAML size limit is refused before it is read."""
+        upload = self.cleaned_data["config"]
+        if upload.size > MAX_BYTES:
+            raise forms.ValidationError(
+                f"YAML limit: the config file is {upload.size:,} bytes, over the limit of "
+                f"{MAX_BYTES:,} bytes (MAX_BYTES)"
+            )
+        return upload
 
     def profile(self) -> dict[str, object]:
         return {name: self.cleaned_data[name] for name in self.Meta.fields}

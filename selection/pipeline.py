@@ -255,9 +255,9 @@ def _after_a_try(decision: Decision, seen: refine.Observed) -> int:
 
 def explicit_entries(parent: str) -> dict[tuple[str, str], tuple[str, dict[str, Any]]]:
     """(file, Class::test) -> (mode, edits) of the entries that name one test literally."""
-    import yaml
+    from crcr_reuse.yaml_limits import safe_load
 
-    data = yaml.safe_load(parent) or {}
+    data = safe_load(parent, "the parent config") or {}
     out: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {}
     for entry in (data.get("test_suite_config") or {}).get("files") or []:
         path = configwriter.file_key(str(entry.get("path", "")))

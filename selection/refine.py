@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from crcr_reuse.launcher import PytestRun, TestEnvironment
+from crcr_reuse.launcher import PytestRun, TestEnvironment, collected_ids
 from crcr_reuse.outcomes import TestRecord
 
 from runs.crash_pinning import Executor, ShardSpec
@@ -89,7 +89,7 @@ def run_on_device(
     )
     pytest = PytestRun(environment, tree, configs=[config], test_timeout=TEST_TIMEOUT / 2)
     completed = replace(pytest, collect_only=True).run(timeout=1800)
-    ids = [line for line in completed.stdout.splitlines() if "::" in line and " " not in line]
+    ids = collected_ids(completed.stdout)
     broken = collection_errors(completed.stdout)
     if completed.returncode not in (0, 5) and not (ids or broken):
         tail = (completed.stdout + completed.stderr)[-3000:]

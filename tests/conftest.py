@@ -97,11 +97,13 @@ def broker() -> Iterator[str]:
 
 
 @pytest.fixture
-def machine_token(db: Any) -> str:
-    """The API token of a machine client (the relay's forwarder): the machine role."""
+def machine_token(request: Any, db: Any) -> str:
+    """The API token of a machine client (the relay's forwarder): the machine role, acting
+    for the test's `backend` where it has that fixture (else for none)."""
     from tests.factories import make_token, make_user
 
-    return make_token(make_user("relay-forwarder", role="machine"))
+    scope = [request.getfixturevalue("backend")] if "backend" in request.fixturenames else []
+    return make_token(make_user("relay-forwarder", role="machine"), *scope)
 
 
 @pytest.fixture(scope="session")

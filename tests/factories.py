@@ -18,9 +18,9 @@ def make_user(username: str, role: str | None = "viewer") -> Any:
     return user
 
 
-def make_token(user: Any) -> str:
-    """A new API token's key (the database keeps only its hash)."""
-    return ApiToken.issue(user, name="test")[1]
+def make_token(user: Any, *backends: Backend) -> str:
+    """A new API token's key (the database keeps only its hash), acting for `backends`."""
+    return ApiToken.issue(user, name="test", backends=backends)[1]
 
 
 def make_backend(slug: str = "acme", **fields: Any) -> Backend:

@@ -6,7 +6,9 @@ forwarder's token that may also post dispatches (which start runs whose results
 reach the HUD) and reads like a viewer. A superuser is an admin. A signed-in
 user without a group is a viewer.
 
-Machines authenticate with hashed API tokens (``runs.ApiToken``); people sign in
+Machines authenticate with hashed API tokens (``runs.ApiToken``), each scoped to the
+backends it acts for: every machine endpoint checks the backend of what it touches
+(``check_backend``), so one team's token cannot act for another's. People sign in
 with a password, throttled by django-axes, whose lockout page is rendered here.
 """
 
@@ -24,6 +26,7 @@ from django.db.models import Exists, OuterRef
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
+from rest_framework import exceptions
 from rest_framework.authentication import TokenAuthentication
 from rest_framework.exceptions import AuthenticationFailed
 from rest_framework.permissions import BasePermission
@@ -79,6 +82,18 @@ class RoleTokenAuthentication(TokenAuthentication):
         token.note_use()
         token.user.may_dispatch = token.may_dispatch
         return token.user, token
+
+
+def check_backend(request: Any, backend: Any) -> None:
+    """403 unless the request's API token acts for `backend` (`ApiToken.may_act_for`).
+
+    Called before anything is written, so a refused request changes nothing."""
+    token = getattr(request, "auth", None)
+    if token is None or not token.may_act_for(backend):
+        raise exceptions.PermissionDenied(
+            f"this token does not act for backend {backend.slug!r} "
+            f"(manage.py tokens scope <prefix> --backend {backend.slug})"
+        )
 
 
 def lockout_response(

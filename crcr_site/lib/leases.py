@@ -9,6 +9,10 @@ sweep (`sweep`) that sends the task again. Each claim counts as an attempt; once
 `attempts_allowed()` are spent the sweep gives the row up with the last failure.
 
 Shards keep their own claim (runs.shard_worker) but share the heartbeat thread.
+
+Every time a lease is judged by is the database's (`Now()` in the conditional update):
+the hosts' clocks may differ by minutes, and a worker whose clock runs ahead would
+take over live work (one behind would lose its own) if each wrote and read its own.
 """
 
 import threading
@@ -21,7 +25,8 @@ from celery import Task
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, close_old_connections, connection, models
 from django.db.models import Case, F, Q, Value, When
-from django.utils import timezone
+from django.db.models.expressions import CombinedExpression
+from django.db.models.functions import Now
 
 from crcr_site.lib import enqueue
 
@@ -59,9 +64,10 @@ def _objects(model: type[models.Model]) -> "models.Manager[Any]":
     return model._default_manager
 
 
-def stale_before() -> datetime:
-    """A heartbeat older than this is a dead worker's (three beats missed)."""
-    return timezone.now() - timedelta(seconds=3 * settings.CRCR_HEARTBEAT_SECONDS)
+def stale_before() -> CombinedExpression:
+    """A heartbeat older than this is a dead worker's (three beats missed): by the
+    database's clock, the one every heartbeat is written with."""
+    return Now() - timedelta(seconds=3 * settings.CRCR_HEARTBEAT_SECONDS)
 
 
 def attempts_allowed() -> int:
@@ -74,14 +80,13 @@ def claim(row: Leased, waiting: str, working: str, **updates: Any) -> bool:
     A conditional update: of two workers only one wins, and a row whose attempts
     are spent is left to the sweep. `updates` are written with the claim."""
     model = type(row)
-    now = timezone.now()
     silent = Q(status=working, heartbeat_at__lt=stale_before())
     won = (
         _objects(model)
         .filter(Q(status=waiting) | silent, pk=row.pk, claims__lt=attempts_allowed())
         .update(
             status=working,
-            heartbeat_at=now,
+            heartbeat_at=Now(),
             claims=F("claims") + 1,
             last_failure=Case(
                 When(silent, then=Value(WORKER_STOPPED)),
@@ -141,7 +146,7 @@ def held(row: Leased, working: str) -> Iterator[None]:
     model = type(row)
 
     def beat() -> None:
-        _objects(model).filter(pk=row.pk, status=working).update(heartbeat_at=timezone.now())
+        _objects(model).filter(pk=row.pk, status=working).update(heartbeat_at=Now())
 
     with Heartbeat(beat):
         try:

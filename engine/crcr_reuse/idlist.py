@@ -1,6 +1,8 @@
 """A shard's list of test ids (``--reuse-ids``): what to generate and what to keep.
 
-Lines are pytest node ids (``path::Class::test``, ``#`` comments allowed). Paths
+Lines are pytest node ids (``path::Class::test``), taken whole: an id may hold
+spaces, brackets, ``#`` and any unicode (torch names a parametrized test after its
+values). A line whose first character is ``#`` is a comment. Paths
 may be absolute or relative to the rootdir or the current directory. Class names
 are compared without caring whether the backend suffix reads ``PRIVATEUSE1`` or
 ``PRIVATEUSEONE`` (torch's generated names flip between the two).
@@ -27,8 +29,9 @@ class ShardFilter:
         self.unresolved: list[str] = []
         roots = [Path(base) for base in bases]
         for raw in ids:
-            line = raw.split("#", 1)[0].strip()
-            if line:
+            # Only the line's end goes: a space or `#` inside an id is part of it.
+            line = raw.rstrip("\r\n").lstrip()
+            if line.strip() and not line.startswith("#"):
                 self._add(line, roots)
 
     @classmethod

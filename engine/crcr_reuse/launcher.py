@@ -333,6 +333,22 @@ class PytestRun:
             )
 
 
+def collected_ids(stdout: str) -> list[str]:
+    """The node ids a `-q --collect-only` run listed, whatever characters they hold.
+
+    pytest lists one id a line, then a blank line (or, with nothing listed, a rule)
+    before its summary sections, whose warnings repeat ids and quote code: the ids
+    are the lines up to there that name a test (`path::name`); anything a plugin
+    printed before the listing is passed over."""
+    ids: list[str] = []
+    for line in stdout.splitlines():
+        if line.startswith(("=", "_")) or (ids and not line.strip()):
+            break
+        if "::" in line and not line[:1].isspace():
+            ids.append(line)
+    return ids
+
+
 def kill(process: subprocess.Popen[bytes]) -> None:
     """Kill a started process with its whole group and reap it."""
     os.killpg(process.pid, signal.SIGKILL)

@@ -1,10 +1,10 @@
 """Load and strictly validate test configs, keeping file:line:column for every error.
 
-Steps: parse YAML to nodes (PyYAML's composer keeps marks), walk the nodes
-against the schema collecting every problem, expand ``${TORCH_ROOT}`` /
-``${TORCH_DEVICE_ROOT}`` and globs in ``path``, then merge several configs
-(``merge.py``). Any problem raises ``ConfigError`` listing them all; nothing
-here imports torch.
+Steps: refuse a text past the YAML limits (``yaml_limits.py``), parse YAML to nodes
+(PyYAML's composer keeps marks), walk the nodes against the schema collecting every
+problem, expand ``${TORCH_ROOT}`` / ``${TORCH_DEVICE_ROOT}`` and globs in ``path``, then
+merge several configs (``merge.py``). Any problem raises ``ConfigError`` listing them
+all; nothing here imports torch.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from .schema import (
     canonical_dtype,
     is_regex,
 )
+from .yaml_limits import YamlLimitError, check
 
 TOKEN = re.compile(r"\$\{([^}]*)\}")
 FILE_KEYS = "path unlisted_test_mode bypass_device_restrictions labels tests description".split()  # noqa: SIM905
@@ -84,8 +85,11 @@ def load_config(path: str | os.PathLike[str], tokens: Mapping[str, str] | None =
     source = str(path)
     try:
         text = Path(path).read_text()
+        check(text, source)  # within the limits before anything expands an alias
     except OSError as error:
         raise ConfigError([(Pos(source, 1, 1), f"cannot read config: {error.strerror}")]) from error
+    except YamlLimitError as error:
+        raise ConfigError([(error.pos, error.message)]) from None
     reader = _Reader(source, text, token_values(tokens))
     config = reader.read()
     if reader.problems:
@@ -226,11 +230,7 @@ class _Reader:
         return read_labels(self, node)  # labels.py
 
     def _file(self, node: yaml.Node) -> FileEntry:
-        fields = self.mapping(
-            node,
-            "a files entry",
-            FILE_KEYS,
-        )
+        fields = self.mapping(node, "a files entry", FILE_KEYS)
         entry = FileEntry("", "", (), self.pos(node), description=self._description(fields))
         if "labels" in fields:
             entry.labels = self._labels(fields["labels"])

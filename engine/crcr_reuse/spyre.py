@@ -51,6 +51,7 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
 from .schema import LABEL_FORM, TAG_FORM
 from .spyre_names import drop_later_modes, entry_notes
+from .yaml_limits import YamlLimitError, check
 
 SPYRE_MODE = "mandatory_success"  # an entry without `mode`
 SPYRE_UNLISTED = "xfail"  # a file without `unlisted_test_mode`
@@ -141,7 +142,8 @@ NARROWING = (
 
 
 class ImportProblem(Exception):
-    """The text is not a Spyre config at all (not YAML, or no test_suite_config)."""
+    """The text is not a Spyre config at all (not YAML, past the YAML limits, or no
+    test_suite_config)."""
 
 
 @dataclass
@@ -204,6 +206,10 @@ def import_text(
     ``known_op``: whether torch's op_db has an op (None: cannot tell), asked for op
     includes that only name an op; without it (no torch here) they are kept unchecked."""
     report = report if report is not None else ImportReport()
+    try:
+        check(text, name, ruamel=True)  # within the limits before anything expands an alias
+    except YamlLimitError as error:
+        raise ImportProblem(str(error)) from None
     try:
         document = _yaml().load(text)
     except Exception as error:  # ruamel raises many kinds; all mean "not YAML"

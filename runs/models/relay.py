@@ -6,6 +6,7 @@ from typing import Any
 
 from django.db import models
 from django.db.models import Exists, OuterRef, Q
+from django.db.models.functions import Now
 from django.utils import timezone
 
 from runs.models.results import Shard
@@ -13,7 +14,7 @@ from runs.models.runs import Run
 
 
 class RelayCallbackQuerySet(models.QuerySet["RelayCallback"]):
-    def due(self, now: datetime | None = None) -> "RelayCallbackQuerySet":
+    def due(self, now: datetime | Now | None = None) -> "RelayCallbackQuerySet":
         """Rows to send now, in the outbox's order, for the relay worker and for reporters
         alike: pending, their time come, and a `completed` only once its job's
         `in_progress` is no longer pending or being sent (it is sent after it, or refused)."""
@@ -26,18 +27,17 @@ class RelayCallbackQuerySet(models.QuerySet["RelayCallback"]):
             status__in=(RelayCallback.Status.PENDING, RelayCallback.Status.SENDING),
         )
         return (
-            self.filter(
-                status=RelayCallback.Status.PENDING, next_attempt_at__lte=now or timezone.now()
-            )
+            self.filter(status=RelayCallback.Status.PENDING, next_attempt_at__lte=now or Now())
             .exclude(Q(transition=RelayCallback.Transition.COMPLETED) & Exists(unsent_start))
             .order_by("created_at", "pk")
         )
 
-    def release_expired_leases(self, now: datetime | None = None) -> int:
+    def release_expired_leases(self, now: datetime | Now | None = None) -> int:
         """Rows whose sender died holding them are pending again. Its answer is lost, so
         the next try is ambiguous (no status code): a repeat refused then means it landed.
-        A row claimed without a lease (by code older than leases) had 5 minutes."""
-        now = now or timezone.now()
+        A row claimed without a lease (by code older than leases) had 5 minutes. Judged
+        by the database's clock, which wrote the lease (`outbox.take`)."""
+        now = now or Now()
         unleased = Q(lease_until=None, next_attempt_at__lte=now - timedelta(minutes=5))
         return self.filter(
             Q(lease_until__lte=now) | unleased, status=RelayCallback.Status.SENDING
@@ -81,6 +81,10 @@ class RelayCallback(models.Model):
     # worker, or one claim of a GitHub Actions reporter (its lease id).
     claimed_by = models.CharField(max_length=200, blank=True)
     lease_until = models.DateTimeField(null=True, blank=True)
+    # The API token whose claim holds the lease: only it may write the answer back.
+    lease_holder = models.ForeignKey(
+        "runs.ApiToken", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     # The Actions run that reports this HUD job, fixed when a reporter first claims one of
     # the job's rows, so that its in_progress and completed carry the same identity even
     # when two reporter runs send them. Empty: the body's own (crcr's relay worker).

@@ -1,7 +1,9 @@
-"""API tokens: machine clients' keys, stored as SHA-256 digests and shown once."""
+"""API tokens: machine clients' keys, stored as SHA-256 digests and shown once, each
+scoped to the backends it may act for."""
 
 import hashlib
 import secrets
+from collections.abc import Iterable
 from datetime import timedelta
 from typing import Any
 
@@ -9,6 +11,8 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
+
+from runs.models.backends import Backend
 
 PREFIX_LENGTH = 8
 # last_used_at is a hint for an admin, not an audit log: refreshing it at most
@@ -44,6 +48,15 @@ class ApiToken(models.Model):
     digest = models.CharField(max_length=64, unique=True, editable=False)
     created_at = models.DateTimeField(default=timezone.now, editable=False)
     last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
+    # What the token may act for: every machine endpoint checks the backend of what it
+    # touches against this (`may_act_for`). None: it acts for no backend.
+    backends = models.ManyToManyField(
+        Backend,
+        blank=True,
+        related_name="api_tokens",
+        help_text="the backends this token acts for (dispatches, attempts, relay claims, "
+        "runs, bundles); none: it acts for none. A superuser's token acts for every backend.",
+    )
 
     objects = ApiTokenQuerySet.as_manager()
 
@@ -55,12 +68,27 @@ class ApiToken(models.Model):
         return f"{self.prefix}… ({self.name or 'unnamed'})"
 
     @classmethod
-    def issue(cls, user: Any, name: str = "") -> tuple["ApiToken", str]:
-        """A new token for `user` and its key, which exists only in the return value."""
+    def issue(
+        cls, user: Any, name: str = "", backends: Iterable[Backend] = ()
+    ) -> tuple["ApiToken", str]:
+        """A new token for `user`, acting for `backends`, and its key, which exists only in
+        the return value."""
         token = cls(user=user, name=name)
         key = token.set_new_key()
         token.save()
+        token.backends.set(backends)
         return token, key
+
+    def may_act_for(self, backend: Backend) -> bool:
+        """Whether the token acts for `backend`: it is in its scope, or the token is a
+        superuser's (an admin acts for every backend)."""
+        if self.user.is_superuser:
+            return True
+        return self.backends.filter(pk=backend.pk).exists()
+
+    def scope(self) -> "models.QuerySet[Backend]":
+        """The backends the token acts for."""
+        return Backend.objects.all() if self.user.is_superuser else self.backends.all()
 
     def set_new_key(self) -> str:
         """Give an unsaved token a fresh key; return the key, which is not kept."""

@@ -10,7 +10,8 @@ record: the reporter claims due rows on a lease, sends them and writes each answ
    order and by its rules (`RelayCallbackQuerySet.due`, `outbox.take`), each one's HUD job
    identity is fixed (`_fix_identity`), and all go out on one lease;
 2. `settle_reported`: the relay's answer is settled exactly as the relay worker settles
-   its own (`outbox.settle_answer`), but only while the lease is the reporter's; a reporter
+   its own (`outbox.settle_answer`), but only while the lease is the reporter's (the lease
+   id and the API token that claimed it, its holder: no other token answers it); a reporter
    that died lost its lease, and the next claim resends the row as an ambiguous retry
    under the same identity: a repeat the relay refuses then means the lost send had landed,
    and a self-report (the relay keeps no state for one) it takes again as the same HUD job.
@@ -25,7 +26,7 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from runs.models import Backend, RelayCallback
+from runs.models import ApiToken, Backend, RelayCallback
 from runs.relay import delivery, outbox
 
 S, T = RelayCallback.Status, RelayCallback.Transition
@@ -58,8 +59,11 @@ def lease_seconds() -> int:
     return int(getattr(settings, "CRCR_RELAY_LEASE_SECONDS", LEASE_SECONDS))
 
 
-def claim(backend: Backend, reporter: Reporter, limit: int) -> Claim:
-    """Hand a reporter up to `limit` of the backend's due rows, on one lease.
+def claim(
+    backend: Backend, reporter: Reporter, limit: int, holder: ApiToken | None = None
+) -> Claim:
+    """Hand a reporter up to `limit` of the backend's due rows, on one lease held by the
+    API token `holder`.
 
     Steps: rows whose lease ran out are pending again; walk the due rows in order; take
     each with the relay worker's conditional update (another reporter may have it); a
@@ -69,13 +73,13 @@ def claim(backend: Backend, reporter: Reporter, limit: int) -> Claim:
     """
     RelayCallback.objects.release_expired_leases()
     lease = f"{reporter} #{secrets.token_hex(6)}"
-    until = timezone.now() + timedelta(seconds=lease_seconds())
+    length = timedelta(seconds=lease_seconds())
     due = RelayCallback.objects.due().filter(run__backend=backend)
     claimed: list[RelayCallback] = []
     for callback_id in list(due.values_list("pk", flat=True)[: limit * 4]):
         # A row is taken and its identity fixed together, or not at all.
         with transaction.atomic():
-            callback = outbox.take(callback_id, lease, until)
+            callback = outbox.take(callback_id, lease, length, holder)
             if callback is None:
                 continue  # another reporter (or the relay worker) got there first
             if callback.transition == T.COMPLETED and not outbox.in_progress_landed(callback):
@@ -86,7 +90,9 @@ def claim(backend: Backend, reporter: Reporter, limit: int) -> Claim:
         claimed.append(callback)
         if len(claimed) == limit:
             break
-    return Claim(lease, until, claimed)
+    # The lease's end as the database wrote it (each row's, to the same instant or so).
+    until = min((c.lease_until for c in claimed if c.lease_until), default=None)
+    return Claim(lease, until or timezone.now() + length, claimed)
 
 
 def _fix_identity(callback: RelayCallback, reporter: Reporter) -> bool:
@@ -131,9 +137,12 @@ def _give_back(callback: RelayCallback) -> None:
     ).update(status=S.PENDING, attempts=F("attempts") - 1)
 
 
-def settle_reported(uuid: str, lease: str, answer: delivery.Answer | None) -> RelayCallback | None:
+def settle_reported(
+    uuid: str, lease: str, answer: delivery.Answer | None, holder: ApiToken | None = None
+) -> RelayCallback | None:
     """A reporter's write-back for a row it claimed: the relay's answer, or None for a row
-    it gives back unsent. None when the lease is no longer the reporter's."""
+    it gives back unsent. None when the lease is no longer the reporter's, or `holder` (the
+    API token answering) is not the token that claimed it."""
     with transaction.atomic():
         # Concurrency guard: the row lock keeps the lease's expiry and another claim off the
         # row while the answer is applied. A lease already taken back is not this reporter's
@@ -141,7 +150,7 @@ def settle_reported(uuid: str, lease: str, answer: delivery.Answer | None) -> Re
         callback = (
             RelayCallback.objects.select_for_update(of=("self",))
             .select_related("run__backend")
-            .filter(uuid=uuid, status=S.SENDING, claimed_by=lease)
+            .filter(uuid=uuid, status=S.SENDING, claimed_by=lease, lease_holder=holder)
             .first()
         )
         if callback is None:

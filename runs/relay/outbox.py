@@ -29,15 +29,16 @@ Nightly and release runs self-report one `completed` (event_type `nightly`), man
 """
 
 import logging
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
 from django.db.models import F, QuerySet
+from django.db.models.functions import Now
 from django.utils import timezone
 
 from crcr_site.lib import enqueue
-from runs.models import Backend, Failure, RelayCallback, Run, Shard, Trigger
+from runs.models import ApiToken, Backend, Failure, RelayCallback, Run, Shard, Trigger
 from runs.relay import deadlines, delivery, protocol
 
 logger = logging.getLogger(__name__)
@@ -295,7 +296,7 @@ def deliver(callback_id: int) -> RelayCallback | None:
     )
     if sender.first() != Backend.RelaySender.WORKER:
         return None  # workers hold no relay credential for it: a reporter claims it
-    callback = take(callback_id, "relay worker", timezone.now() + WORKER_LEASE)
+    callback = take(callback_id, "relay worker", WORKER_LEASE)
     if callback is None:
         return None
     if callback.transition == T.COMPLETED and not in_progress_landed(callback):
@@ -312,16 +313,19 @@ def deliver(callback_id: int) -> RelayCallback | None:
     return settle_answer(callback, answer)
 
 
-def take(callback_id: int, by: str, lease_until: datetime) -> RelayCallback | None:
-    """Claim one due row for a sender until `lease_until`; None when it is not there to take."""
-    now = timezone.now()
+def take(
+    callback_id: int, by: str, lease: timedelta, holder: ApiToken | None = None
+) -> RelayCallback | None:
+    """Claim one due row for a sender for `lease`; None when it is not there to take.
+    `holder`: the API token of a reporter's claim, the only one that may answer it."""
     # Concurrency guard: one sender moves the row to `sending` at a time; past its lease
-    # the row is pending again (`release_expired_leases`): its sender died.
+    # the row is pending again (`release_expired_leases`): its sender died. The lease
+    # runs on the database's clock (`Now()`), as its expiry is judged: not the host's.
     if not RelayCallback.objects.filter(
-        pk=callback_id, status=S.PENDING, next_attempt_at__lte=now
+        pk=callback_id, status=S.PENDING, next_attempt_at__lte=Now()
     ).update(
-        status=S.SENDING, attempts=F("attempts") + 1, next_attempt_at=now,
-        claimed_by=by, lease_until=lease_until,
+        status=S.SENDING, attempts=F("attempts") + 1, next_attempt_at=Now(),
+        claimed_by=by, lease_until=Now() + lease, lease_holder=holder,
     ):  # fmt: skip
         return None
     return RelayCallback.objects.select_related("run__backend").get(pk=callback_id)

@@ -89,6 +89,19 @@ def test_a_page_past_the_counted_rows_is_read_and_a_page_past_the_end_is_the_las
     assert body.count('class="proposal"') == 25
 
 
+def test_a_page_far_past_the_cap_reads_no_more_rows_than_the_cap(client):
+    backend = make_backend("acme")
+    client.force_login(make_user("vera"))
+    proposals(backend, 0, 1_100)
+    url = reverse("selection:proposal_list") + "?backend=acme&sort=newest&page="
+    for page in ("43", "400000", "99999999999999999999999"):
+        with CaptureQueriesContext(connection) as captured:
+            body = client.get(url + page).content.decode()
+        limits = [int(n) for q in captured for n in re.findall(r"LIMIT (\d+)", q["sql"])]
+        assert max(limits) <= COUNT_CAP + 1, (page, limits)
+        assert ("page 43 of 43+" if page == "43" else "1100 proposals match; page 44 of 44") in body
+
+
 def grow_run(run, first: int, tests: int, shards: int) -> None:
     """`tests` more tests in `shards` more shards: one in 10 fails (a failure classified
     for each, three categories), and one in 50 failed once and passed on its retry."""

@@ -163,7 +163,7 @@ def test_a_merged_pr_is_run_classified_relayed_bundled_and_its_config_reviewed(
     backend, base_url, broker = services
     make_user("rita", "reviewer")
     make_user("otto", "reviewer")
-    forwarder = Http(base_url, make_token(make_user("relay-forwarder", role="machine")))
+    forwarder = Http(base_url, make_token(make_user("relay-forwarder", role="machine"), backend))
 
     # The relay dispatches a merged PR; the backend's forwarder hands it to crcr.
     body = pr_dispatch(number=4242)

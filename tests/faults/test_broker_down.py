@@ -48,7 +48,7 @@ def test_a_dispatch_taken_while_the_broker_is_down_is_gated_once_it_is_back(
 ):
     backend = make_backend("brokerdown")
     make_config(backend)
-    token = make_token(make_user("forwarder", role="machine"))
+    token = make_token(make_user("forwarder", role="machine"), backend)
     upstream = PyTorchShapedRepo(tmp_path / "pytorch")
     env = environment(
         tmp_path, redis.url, CRCR_UPSTREAM=f"git:{upstream.path}", CRCR_LOST_WORK_SECONDS="1"

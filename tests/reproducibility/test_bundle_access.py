@@ -54,7 +54,7 @@ def test_a_viewer_downloads_the_bundle_with_its_checksum(client, runs):
 def test_a_machine_downloads_it_with_a_token_and_is_refused_without_one(client, runs):
     run, bundle, _, _ = runs
     assert client.get(api_url(run, bundle)).status_code == 401
-    token = make_token(make_user("ci-bot", role=None))
+    token = make_token(make_user("ci-bot", role=None), run.backend)
     response = client.get(api_url(run, bundle), HTTP_AUTHORIZATION=f"Token {token}")
     assert response.status_code == 200 and b"".join(response.streaming_content) == ARCHIVE
 
@@ -69,7 +69,7 @@ def test_another_runs_bundle_is_not_found_through_this_run(client, runs):
     run, _, _, others = runs
     client.force_login(make_user("vera"))
     assert client.get(page_url(run, others)).status_code == 404
-    token = make_token(make_user("ci-bot", role=None))
+    token = make_token(make_user("ci-bot", role=None), run.backend)
     response = client.get(api_url(run, others), HTTP_AUTHORIZATION=f"Token {token}")
     assert response.status_code == 404
 
@@ -117,7 +117,7 @@ def test_a_viewer_cannot_start_work_and_nothing_changes(client, runs):
     assert client.post(f"{base}/bundles/", {"include_artifacts": "on"}).status_code == 403
     assert client.post(f"{base}/bundles/{bundle.uuid}/rerun/").status_code == 403
     assert client.post(f"{base}/bisections/").status_code == 403
-    token = make_token(make_user("ci-bot", role="viewer"))
+    token = make_token(make_user("ci-bot", role="viewer"), run.backend)
     auth = {"HTTP_AUTHORIZATION": f"Token {token}"}
     assert client.post(f"/api/runs/{run.uuid}/bundles/", **auth).status_code == 403
     assert client.post(f"/api/runs/{run.uuid}/bisections/", **auth).status_code == 403

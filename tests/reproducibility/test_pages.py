@@ -113,7 +113,9 @@ def test_bisecting_a_run_without_a_green_one_says_why_and_creates_nothing(client
 
 
 def test_the_api_gives_the_metadata_the_bundles_and_the_attestation(client, run):
-    auth = {"HTTP_AUTHORIZATION": f"Token {make_token(make_user('ci-bot', role=None))}"}
+    auth = {
+        "HTTP_AUTHORIZATION": f"Token {make_token(make_user('ci-bot', role=None), run.backend)}"
+    }
     meta = client.get(f"/api/runs/{run.uuid}/reproducibility/", **auth).json()
     assert meta["recorded"] is True and meta["trigger"]["pr_number"] == 4242
     assert {a["node_id"]: a["outcome"] for a in meta["attempts"]} == {
@@ -123,7 +125,8 @@ def test_the_api_gives_the_metadata_the_bundles_and_the_attestation(client, run)
     statement = client.get(f"/api/runs/{run.uuid}/attestation/", **auth).json()
     assert statement["predicate"]["failedTests"] == [MISMATCH]
     assert client.get(f"/api/runs/{run.uuid}/bundles/", **auth).json() == []
-    reviewer = {"HTTP_AUTHORIZATION": f"Token {make_token(make_user('rita', role='reviewer'))}"}
+    rita = make_token(make_user("rita", role="reviewer"), run.backend)
+    reviewer = {"HTTP_AUTHORIZATION": f"Token {rita}"}
     made = client.post(f"/api/runs/{run.uuid}/bundles/", {"include_artifacts": True}, **reviewer)
     assert made.status_code == 202 and made["Location"].endswith(f"/bundles/{made.json()['uuid']}/")
     assert made.json()["status"] == "pending" and made.json()["download_url"] is None

@@ -163,7 +163,7 @@ def test_a_reviewer_reruns_from_the_page_and_a_machine_through_the_api(bundle, c
     response = client.post(rerun_url(bundle))
     made = Rerun.objects.get()
     assert response.status_code == 302 and response["Location"] == f"/reruns/{made.uuid}/"
-    auth = {"HTTP_AUTHORIZATION": f"Token {make_token(reviewer)}"}
+    auth = {"HTTP_AUTHORIZATION": f"Token {make_token(reviewer, run.backend)}"}
     answer = client.post(f"/api/runs/{run.uuid}/bundles/{bundle.uuid}/reruns/", **auth)
     assert answer.status_code == 202 and answer["Location"].endswith(
         "/api/reruns/" + answer.json()["uuid"] + "/"

@@ -38,7 +38,7 @@ def finished(db) -> Run:
 
 
 def ask(client, run: Run, number, role: str = "machine"):
-    key = make_token(make_user(f"{role}-{uuid.uuid4().hex[:8]}", role=role))
+    key = make_token(make_user(f"{role}-{uuid.uuid4().hex[:8]}", role=role), run.backend)
     return client.post(
         f"/api/runs/{run.uuid}/attempts/", {"run_attempt": number},
         content_type="application/json", HTTP_AUTHORIZATION=f"Token {key}",

@@ -82,7 +82,7 @@ def test_the_bridge_reports_a_run_and_its_rerun_of_failed_shards_as_the_next_att
         relay_url="https://relay.invalid/github/callback",
     )  # fmt: skip
     make_config(backend, TWO)
-    token = make_token(make_user("bridge", role="machine"))
+    token = make_token(make_user("bridge", role="machine"), backend)
     runtime = ActionsRuntime()
     with RelaySimulator(allowlist={REPO: "L2"}, accept_unsigned_oidc=True, strict=True) as relay:
         body = pr_dispatch()

@@ -42,12 +42,16 @@ def reporter(run_id: str = "9001", attempt: str = "1") -> dict[str, str]:
 
 
 class Api:
-    """crcr's reporter API through the test client, as a machine token."""
+    """crcr's reporter API through the test client, as a token of `user` acting for the
+    backends named `scope`, issued when first used (each test makes its backend first)."""
 
-    def __init__(self, client: Any, token: str) -> None:
-        self.client, self.auth = client, f"Token {token}"
+    def __init__(self, client: Any, user: Any, scope: tuple[str, ...] = ("acme",)) -> None:
+        self.client, self.user, self.scope, self.auth = client, user, scope, ""
 
     def post(self, path: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        if not self.auth:
+            key = make_token(self.user, *Backend.objects.filter(slug__in=self.scope))
+            self.auth = f"Token {key}"
         response = self.client.post(
             path, body, content_type="application/json", HTTP_AUTHORIZATION=self.auth
         )
@@ -68,7 +72,7 @@ class Api:
 
 @pytest.fixture
 def api(client) -> Api:
-    return Api(client, make_token(make_user("reporter", role="machine")))
+    return Api(client, make_user("reporter", role="machine"))
 
 
 def runs(claim: dict[str, Any]) -> list[str]:
@@ -235,7 +239,7 @@ def test_the_relay_worker_never_sends_a_reporters_callbacks(api):
 
 def test_a_worker_backend_cannot_be_claimed_and_only_a_machine_claims(client, api):
     make_config(make_backend("acme", relay_url=RELAY, relay_token="file:/etc/crcr/relay-token"))
-    viewer = Api(client, make_token(make_user("vera")))
+    viewer = Api(client, make_user("vera"))
 
     status, body = api.post("/api/relay/claim/?backend=acme", {"reporter": reporter()})
     refused, _ = viewer.post("/api/relay/claim/?backend=acme", {"reporter": reporter()})

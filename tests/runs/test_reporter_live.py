@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 from django.conf import settings
 
-from runs.models import Backend, RelayCallback, Run
+from runs.models import ApiToken, Backend, RelayCallback, Run
 from runs.relay import outbox
 from runs.relay.simulator import RelaySimulator
 from tests.factories import make_token, make_user
@@ -82,6 +82,7 @@ def test_nightly_release_and_manual_reports_reach_the_relay_from_the_reporter(
 ):
     with RelaySimulator(allowlist={REPO: "L2"}, accept_unsigned_oidc=True, strict=True) as relay:
         backend = reporting_backend(relay.url)
+        ApiToken.objects.get().backends.add(backend)  # the reporter's token acts for it
         nightly = self_reported_run(backend, "nightly", "c" * 40, ref="nightly")
         release = self_reported_run(backend, "release", "d" * 40, ref="release/2.14")
         manual = self_reported_run(backend, "manual", "e" * 40)
@@ -133,6 +134,7 @@ def test_a_reporter_killed_mid_drain_loses_and_duplicates_nothing_on_the_hud(
         log=kill_after_the_first_send,
     ) as relay:
         backend = reporting_backend(relay.url)
+        ApiToken.objects.get().backends.add(backend)  # the reporter's token acts for it
         # Four self-reports in the outbox's order, each its own HUD job (a SHA of its own):
         # the killed reporter claims the first two.
         shas = ["1" * 40, "2" * 40, "3" * 40, "4" * 40]

@@ -7,7 +7,7 @@ from django.urls import reverse
 from runs import artifacts, gate, planning, triggers
 from runs.models import Artifact, Dispatch, Run, Trigger
 from tests.dispatches import pr_dispatch
-from tests.factories import make_backend, make_config, make_user
+from tests.factories import make_backend, make_config, make_token, make_user
 
 pytestmark = pytest.mark.django_db
 
@@ -140,10 +140,8 @@ def test_the_dispatch_page_shows_the_verdict_reason_and_the_raw_payload(client, 
     assert "recorded, not built" in listing
 
 
-def test_a_merged_pr_for_a_backend_without_a_config_is_recorded_saying_so(
-    client, machine_token, upstream
-):
-    make_backend("bare")
+def test_a_merged_pr_for_a_backend_without_a_config_is_recorded_saying_so(client, upstream):
+    machine_token = make_token(make_user("relay-forwarder", role="machine"), make_backend("bare"))
     response = client.post(
         "/api/dispatches/?backend=bare",
         data=pr_dispatch(),

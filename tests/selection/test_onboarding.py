@@ -6,7 +6,7 @@ from django.core.management import CommandError, call_command
 
 from runs.models import Backend
 from selection.models import ConfigVersion
-from tests.crcr_reuse.test_spyre_import import SPYRE
+from tests.engine.test_spyre_import import SPYRE
 
 pytestmark = pytest.mark.django_db
 

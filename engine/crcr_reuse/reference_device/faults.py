@@ -51,8 +51,12 @@ def parse_profile(text: str, origin: str) -> dict[str, list[Fault]]:
     """Parse profile text into faults keyed by operator name."""
     import yaml
 
+    from ..yaml_limits import YamlLimitError, safe_load
+
     try:
-        data = yaml.safe_load(text) or {}
+        data = safe_load(text, origin) or {}
+    except YamlLimitError as error:
+        raise FaultProfileError(str(error)) from None
     except yaml.YAMLError as error:
         raise FaultProfileError(f"{origin}: not YAML/JSON: {error}") from error
     rules = data.get("faults", []) if isinstance(data, dict) else data

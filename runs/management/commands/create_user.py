@@ -3,6 +3,7 @@ from django.contrib.auth.models import Group
 from django.core.management.base import BaseCommand, CommandError
 
 from crcr_site.lib.access import ADMIN, ROLES
+from runs.management.commands.tokens import backends_named
 from runs.models import ApiToken
 
 
@@ -18,10 +19,19 @@ class Command(BaseCommand):
             action="store_true",
             help="issue a new API token and print its key (shown only this once)",
         )
+        parser.add_argument(
+            "--backend",
+            action="append",
+            default=[],
+            dest="backends",
+            metavar="SLUG",
+            help="a backend the new token acts for (repeat for several); see manage.py tokens",
+        )
 
-    def handle(self, *args, username, role, password, token, **options):
+    def handle(self, *args, username, role, password, token, backends, **options):
         if not username.strip():
             raise CommandError("username must not be empty")
+        scope = backends_named(backends)
         user, created = get_user_model().objects.get_or_create(username=username)
         if password:
             user.set_password(password)
@@ -33,5 +43,8 @@ class Command(BaseCommand):
         self.stdout.write(f"{'created' if created else 'updated'} {username} as {role}")
         if token:
             # Only the key's hash is stored: this is the one time it can be read.
-            _, key = ApiToken.issue(user, name="create_user --token")
+            issued, key = ApiToken.issue(user, name="create_user --token", backends=scope)
+            if not scope and role != ADMIN:
+                hint = f"manage.py tokens scope {issued.prefix} --backend SLUG"
+                self.stdout.write(f"it acts for no backend yet: {hint}")
             self.stdout.write(f"token: {key}")
