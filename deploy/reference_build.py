@@ -29,7 +29,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-DEVICE_SOURCE = Path(__file__).resolve().parents[1] / "selection" / "reuse" / "reference_device"
+DEVICE_SOURCE = Path(__file__).resolve().parents[1] / "engine" / "crcr_reuse" / "reference_device"
 DISTRIBUTION = "crcr_refdev"
 CORE_FAULTS = "crcr/refdev_faults.yaml"  # in the PyTorch source, at the built commit
 # PEP 440, as wheel file names need it.

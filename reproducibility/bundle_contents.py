@@ -234,7 +234,7 @@ Job `{run["job_name"]}` at PyTorch `{run["pytorch_sha"]}`: {run["status"]}.
 Page: {run["url"]}
 
 Check every file against `manifest.json`, then re-run (crcr must be importable
-by the Python that runs pytest: `pip install -e <crcr checkout>` at commit
+by the Python that runs pytest: `pip install <crcr checkout>/engine` at commit
 `{meta["crcr"].get("commit") or "unknown"}`, or set `PYTHON`):
 
     python reproduce --verify

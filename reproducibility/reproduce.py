@@ -20,8 +20,8 @@ Steps of a re-run:
 4. compare each test's outcome class (outcome and failure category) with the
    recorded one; exit 0 when all match, 1 when one differs, 2 on an error.
 
-The pytest plugins (`crcr_reuse`, `crcr_reuse.progress_log`) come from crcr: the
-interpreter must have crcr installed (`pip install -e <crcr checkout>` at the
+The pytest plugins (`crcr_reuse`, `crcr_reuse.progress_log`) come from crcr's engine:
+the interpreter must have it installed (`pip install <crcr checkout>/engine` at the
 commit in metadata.json), or the recorded checkout must still exist here.
 
 A run whose combination was built (a build command) ran in an environment made from
@@ -191,14 +191,16 @@ def crcr_setup(python: str, meta: dict[str, Any], env: dict[str, str]) -> str:
     installed = _probe(python, env)
     if installed is None:
         checkout = meta.get("crcr", {}).get("checkout", "")
-        if checkout and Path(checkout, "selection", "reuse").is_dir():
-            env["PYTHONPATH"] = os.pathsep.join(filter(None, [checkout, env.get("PYTHONPATH")]))
+        engine = Path(checkout, "engine") if checkout else None
+        if engine is not None and (engine / "crcr_reuse").is_dir():
+            paths = [str(engine), env.get("PYTHONPATH")]
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, paths))
             installed = _probe(python, env)
     if installed is None:
         commit = meta.get("crcr", {}).get("commit") or "the recorded commit"
         raise BundleError(
-            f"{python} cannot import crcr's pytest plugins: install crcr at {commit} "
-            "(pip install -e <crcr checkout>) or run with PYTHON=<a python that has it>"
+            f"{python} cannot import crcr's pytest plugins: install crcr's engine at {commit} "
+            "(pip install <crcr checkout>/engine) or run with PYTHON=<a python that has it>"
         )
     return "crcr_reuse" if installed else "crcr_reuse.plugin"
 
@@ -395,9 +397,9 @@ def create_env(target: Path, meta: dict[str, Any], dry_run: bool, wheels: Path |
                     str(ROOT / artifact["bundled_path"]),
                 ]
             )
-    checkout = meta.get("crcr", {}).get("checkout", "")
-    if checkout and Path(checkout).is_dir():
-        commands.append([str(python), "-m", "pip", "install", "--no-deps", "-e", checkout])
+    engine = Path(meta.get("crcr", {}).get("checkout") or "/nonexistent", "engine")
+    if (engine / "pyproject.toml").is_file():  # the engine's plugins, from that checkout
+        commands.append([str(python), "-m", "pip", "install", "--no-deps", "-e", str(engine)])
     return run_commands(commands, python, dry_run)
 
 

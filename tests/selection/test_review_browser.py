@@ -94,10 +94,11 @@ def test_a_reviewer_filters_edits_bulk_approves_and_a_second_reviewer_merges(
     expect(diff).to_contain_text("+        - names: [TestPlainMath::test_sum]")
     expect(page.get_by_text("another reviewer must approve it")).to_be_visible()
     expect(page.get_by_role("button", name="Approve")).to_have_count(0)
-    # Nothing to merge until another reviewer approved: no Merge button, the reason instead.
+    # rita approved its proposals: only a reviewer who approved none of them may merge it
+    # (the two-person rule on the content); no Merge button, the reason instead.
     expect(page.get_by_role("button", name="Merge")).to_have_count(0)
     expect(
-        page.get_by_text("It can be merged once another reviewer approved this revision")
+        page.get_by_text("a reviewer who approved none of them must merge it", exact=False)
     ).to_be_visible()
     change_url = page.url
 
