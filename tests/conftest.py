@@ -72,6 +72,18 @@ def environment_cache(tmp_path_factory: Any) -> Any:
     return path
 
 
+@pytest.fixture(scope="session", autouse=True)
+def secrets_dir(tmp_path_factory: Any) -> Path:
+    """The tests' relay token files live in their temporary folders: that is the secrets
+    folder (CRCR_SECRETS_DIR) for the session, and for the processes it starts."""
+    from django.conf import settings
+
+    path = tmp_path_factory.getbasetemp().resolve()
+    settings.CRCR_SECRETS_DIR = path
+    os.environ["CRCR_SECRETS_DIR"] = str(path)
+    return path
+
+
 @pytest.fixture(autouse=True)
 def empty_cache() -> None:
     """Each test starts with an empty Django cache, as with a fresh database: a page that
