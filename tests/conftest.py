@@ -146,10 +146,19 @@ def browser() -> Iterator[Any]:
 
 @pytest.fixture
 def page(browser: Any, live_server: Any) -> Iterator[Any]:
+    """A page on the live server; a test whose pages broke the Content-Security-Policy
+    (Chromium reports each refused script or style in the console) fails."""
     context = browser.new_context(base_url=live_server.url)
     page = context.new_page()
+    violations: list[str] = []
+    page.on("console", lambda message: violations.extend(csp_violations([message.text])))
     yield page
     context.close()
+    assert not violations, f"Content-Security-Policy violations: {violations}"
+
+
+def csp_violations(texts: list[str]) -> list[str]:
+    return [text for text in texts if "Content Security Policy" in text]
 
 
 def pytest_report_header(config: Any) -> list[str]:
