@@ -389,8 +389,8 @@ def _hold(callback: RelayCallback, problem: str) -> RelayCallback:
     """
     if not callback.auth_misconfigured:
         logger.error(
-            "relay callback %s (%s of run %s) held: backend %r has no usable relay token "
-            "(relay_token in its profile): %s",
+            "relay callback %s (%s of run %s) held: backend %r has no usable relay token or "
+            "URL (relay_token, relay_url in its profile): %s",
             callback.uuid, callback.transition, callback.run.uuid,
             callback.run.backend.slug, problem,
         )  # fmt: skip

@@ -82,5 +82,5 @@ def _matches(parts: urllib.parse.SplitResult, entry: str) -> bool:
     if (parts.scheme, parts.netloc.lower()) != (allowed.scheme, allowed.netloc.lower()):
         return False
     prefix = allowed.path.rstrip("/")
-    path = os.path.normpath(parts.path or "/") if parts.path else "/"
+    path = os.path.normpath(parts.path or "/")
     return not prefix or path == prefix or path.startswith(prefix + "/")
