@@ -1,11 +1,14 @@
 """Secrets by reference only from the secrets folder, callbacks only to allow-listed relays:
 refused where they are typed, and again before anything is sent."""
 
+import http.server
+import threading
+
 import pytest
 from django.contrib.auth import get_user_model
 
 from runs.models import Backend, RelayCallback
-from runs.relay import outbox
+from runs.relay import delivery, outbox
 from runs.relay.policy import relay_url_problem
 from runs.relay.simulator import RelaySimulator
 from tests.factories import PASSWORD, make_backend, make_config
@@ -164,3 +167,46 @@ def test_a_token_inside_the_folder_is_sent(secrets, db, simulator):
     callback.refresh_from_db()
     assert callback.status == RelayCallback.Status.DELIVERED
     assert [status for _, status, _ in simulator.accepted] == ["in_progress"]
+
+
+class Recorder(http.server.BaseHTTPRequestHandler):
+    """Answers every request with a redirect to `target` (when set), recording what it got.
+    (urllib follows a 302 to a POST as a GET, Authorization and all.)"""
+
+    seen: list[str | None] = []
+    target = ""
+
+    def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+        self.seen.append(self.headers.get("Authorization"))
+        self.send_response(302 if self.target else 200)
+        if self.target:
+            self.send_header("Location", self.target)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    do_GET = do_POST  # noqa: N815
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_a_relay_redirect_is_an_answer_and_the_token_goes_nowhere_else(secrets):
+    class Relay(Recorder):
+        seen: list[str | None] = []
+
+    class Elsewhere(Recorder):
+        seen: list[str | None] = []
+
+    servers = [http.server.HTTPServer(("127.0.0.1", 0), cls) for cls in (Relay, Elsewhere)]
+    for server in servers:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+    Relay.target = f"http://127.0.0.1:{servers[1].server_port}/github/callback"
+    try:
+        provider = delivery.StaticTokenProvider(secrets / "relay-token", inside=secrets)
+        url = f"http://127.0.0.1:{servers[0].server_port}/github/callback"
+        answer = delivery.send(url, {"status": "in_progress"}, provider, timeout=5)
+    finally:
+        for server in servers:
+            server.shutdown()
+    assert answer.status == 302 and not answer.retryable
+    assert Relay.seen == ["Bearer s3cret"] and Elsewhere.seen == []
