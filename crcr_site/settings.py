@@ -67,6 +67,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "crcr_site.lib.csp.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -328,6 +329,14 @@ CRCR_DISPATCH_MAX_BYTES = env_int("CRCR_DISPATCH_MAX_BYTES", 256 * 1024, minimum
 # refuses callbacks it no longer knows, so retrying longer only adds noise; a relay down
 # for hours, even a day or two, loses nothing.
 CRCR_RELAY_GIVE_UP_HOURS = env_int("CRCR_RELAY_GIVE_UP_HOURS", 72, minimum=1)
+# Secrets by reference: a backend's `relay_token: file:<path>` is read only inside this
+# folder (symlinks and `..` resolved first); relay tokens go here, nothing else.
+CRCR_SECRETS_DIR = env_path("CRCR_SECRETS_DIR", VAR_DIR / "secrets")
+# Where crcr's relay worker may send callbacks: hosts (`relay.example.org`) or URL prefixes
+# (`https://relay.example.org/github/`). https only, unless DEBUG is on at start-up: then
+# also a local relay (the simulator's http://127.0.0.1:<port>), listed or not.
+CRCR_RELAY_URL_ALLOWLIST = env_list("CRCR_RELAY_URL_ALLOWLIST", [])
+CRCR_RELAY_LOCAL_HTTP = DEBUG
 # A reporter's claim on due callbacks (runs/relay/claims.py) lasts this long; one that
 # died is noticed when it runs out and the next reporter resends.
 CRCR_RELAY_LEASE_SECONDS = env_int("CRCR_RELAY_LEASE_SECONDS", 300, minimum=10)
@@ -354,6 +363,14 @@ LOGGING = {
 }
 
 # Checked last, so that a malformed variable above is reported by name first.
+_key_file = env_str("SECRET_KEY_FILE")
+if BASE_DIR.is_relative_to(CRCR_SECRETS_DIR) or (
+    _key_file and Path(_key_file).resolve().is_relative_to(CRCR_SECRETS_DIR)
+):
+    raise ImproperlyConfigured(
+        f"CRCR_SECRETS_DIR={CRCR_SECRETS_DIR} holds SECRET_KEY_FILE or crcr itself: a "
+        "backend's relay token could name them; give relay tokens a folder of their own"
+    )
 if not DEBUG and SECRET_KEY == DEVELOPMENT_SECRET_KEY:
     raise ImproperlyConfigured(
         "DEBUG is off but SECRET_KEY_FILE is not set, so the development secret key "

@@ -77,7 +77,8 @@ def load_backend() -> DemoState:
 
 def relay_simulator(backend: Backend) -> RelaySimulator:
     """A local relay simulator for the demo backend's repository, which it points at."""
-    token_file = Path(settings.VAR_DIR) / "relay-token"
+    token_file = Path(settings.CRCR_SECRETS_DIR) / "relay-token"
+    token_file.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     if not token_file.exists():
         token_file.write_text(secrets.token_urlsafe(24))
     simulator = RelaySimulator(

@@ -120,17 +120,26 @@ class GitHubWebhookAPI(APIView):
 
     @extend_schema(
         request=OpenApiTypes.OBJECT,
-        responses={202: DispatchOutSerializer, 200: DispatchOutSerializer, 400: PROBLEMS},
+        responses={
+            202: DispatchOutSerializer,
+            200: DispatchOutSerializer,
+            400: PROBLEMS,
+            401: PROBLEMS,
+        },
         operation_id="webhook_github",
         description="A GitHub webhook (X-GitHub-Event, X-GitHub-Delivery), verified by "
         "X-Hub-Signature-256 with the backend's secret; `ping` answers pong.",
     )
     def post(self, request: Request, slug: str) -> Response:
-        backend = get_object_or_404(Backend, slug=slug)
         try:
             intake.check_size(request.META.get("CONTENT_LENGTH"))
             raw = request.body
-            intake.verify_signature(backend, raw, request.headers.get("X-Hub-Signature-256"))
+            # An unknown backend is answered as a bad signature is (no 404: no slug listing).
+            backend = intake.verify_signature(
+                Backend.objects.filter(slug=slug).first(),
+                raw,
+                request.headers.get("X-Hub-Signature-256"),
+            )
             event = request.headers.get("X-GitHub-Event")
             if event == "ping":
                 return Response({"ok": True, "status": "pong"})

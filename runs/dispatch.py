@@ -116,17 +116,27 @@ def _unstorable(value: Any, path: str) -> Iterator[str]:
         yield f"{path}: contains a NUL character or an unpaired surrogate"
 
 
-def verify_signature(backend: Backend, raw: bytes, header: str | None) -> None:
-    """GitHub's X-Hub-Signature-256: HMAC-SHA256 of the raw body with the backend's secret."""
-    if not backend.webhook_secret:
-        raise IntakeError(403, [f"webhooks are not enabled for backend {backend.slug!r}"])
-    if not header or not header.startswith("sha256="):
-        raise IntakeError(401, ["X-Hub-Signature-256 is missing or not sha256=…"])
-    expected = hmac.new(backend.webhook_secret.encode(), raw, hashlib.sha256).hexdigest()
+# One answer for every webhook refused before its body is read: an unknown backend, one
+# without a webhook secret and a bad signature look the same, so slugs cannot be listed.
+WEBHOOK_REFUSED = (
+    "X-Hub-Signature-256 is missing or does not match the body with this backend's "
+    "webhook secret (or webhooks are not enabled for it)"
+)
+
+
+def verify_signature(backend: Backend | None, raw: bytes, header: str | None) -> Backend:
+    """GitHub's X-Hub-Signature-256: HMAC-SHA256 of the raw body with the backend's secret.
+
+    No backend or no secret is refused as a bad signature is, after the same HMAC; returns
+    the backend that signed it."""
+    secret = backend.webhook_secret if backend is not None else ""
+    expected = hmac.new((secret or "-").encode(), raw, hashlib.sha256).hexdigest()
     # As bytes: compare_digest refuses a str with a non-ASCII character (a TypeError).
-    given = header.removeprefix("sha256=").encode("utf-8", "replace")
-    if not hmac.compare_digest(expected.encode(), given):
-        raise IntakeError(401, ["X-Hub-Signature-256 does not match the body"])
+    given = (header or "").removeprefix("sha256=").encode("utf-8", "replace")
+    matches = hmac.compare_digest(expected.encode(), given)
+    if backend is None or not (secret and header and header.startswith("sha256=") and matches):
+        raise IntakeError(401, [WEBHOOK_REFUSED])
+    return backend
 
 
 def receive(backend: Backend, body: dict[str, Any], raw: bytes, source: str) -> Received:

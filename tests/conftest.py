@@ -72,6 +72,18 @@ def environment_cache(tmp_path_factory: Any) -> Any:
     return path
 
 
+@pytest.fixture(scope="session", autouse=True)
+def secrets_dir(tmp_path_factory: Any) -> Path:
+    """The tests' relay token files live in their temporary folders: that is the secrets
+    folder (CRCR_SECRETS_DIR) for the session, and for the processes it starts."""
+    from django.conf import settings
+
+    path = tmp_path_factory.getbasetemp().resolve()
+    settings.CRCR_SECRETS_DIR = path
+    os.environ["CRCR_SECRETS_DIR"] = str(path)
+    return path
+
+
 @pytest.fixture(autouse=True)
 def empty_cache() -> None:
     """Each test starts with an empty Django cache, as with a fresh database: a page that
@@ -134,10 +146,19 @@ def browser() -> Iterator[Any]:
 
 @pytest.fixture
 def page(browser: Any, live_server: Any) -> Iterator[Any]:
+    """A page on the live server; a test whose pages broke the Content-Security-Policy
+    (Chromium reports each refused script or style in the console) fails."""
     context = browser.new_context(base_url=live_server.url)
     page = context.new_page()
+    violations: list[str] = []
+    page.on("console", lambda message: violations.extend(csp_violations([message.text])))
     yield page
     context.close()
+    assert not violations, f"Content-Security-Policy violations: {violations}"
+
+
+def csp_violations(texts: list[str]) -> list[str]:
+    return [text for text in texts if "Content Security Policy" in text]
 
 
 def pytest_report_header(config: Any) -> list[str]:

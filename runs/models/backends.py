@@ -4,7 +4,7 @@ from django.core.exceptions import ValidationError
 from django.db import models
 from django.utils import timezone
 
-from runs.relay import delivery
+from runs.relay import delivery, policy
 
 
 class Backend(models.Model):
@@ -66,8 +66,13 @@ class Backend(models.Model):
     def __str__(self) -> str:
         return self.name
 
+    @property
+    def sends_itself(self) -> bool:
+        return self.relay_sender == self.RelaySender.WORKER
+
     def clean(self) -> None:
-        """A relay token spec the relay worker could never use is refused where it is typed,
+        """A relay token spec the relay worker could never use is refused where it is typed
+        (a token file outside CRCR_SECRETS_DIR, a relay URL off CRCR_RELAY_URL_ALLOWLIST too),
         and so is a credential crcr should not hold: with GitHub Actions as the sender the
         workers hold none, and a worker cannot mint the OIDC token PyTorch's relay wants."""
         problem = delivery.check_token_spec(self.relay_token, absolute=True)
@@ -88,3 +93,11 @@ class Backend(models.Model):
                     "relay worker is only for relays that accept a static token"
                 }
             )
+        # crcr itself sends only with its relay worker; an Actions workflow posts to its own
+        # RELAY_URL, so this URL is never fetched by crcr then.
+        problem = policy.url_problem(self.relay_url) if self.sends_itself else None
+        if problem:
+            raise ValidationError({"relay_url": problem})
+        problem = policy.token_problem(self.relay_token)
+        if problem:
+            raise ValidationError({"relay_token": problem})

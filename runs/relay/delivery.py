@@ -60,15 +60,40 @@ class NoTokenProvider:
         return None
 
 
-class StaticTokenProvider:
-    """A bearer token read from a secret file, re-read on every call so rotation works."""
+def outside_problem(path: Path, directory: Path) -> str | None:
+    """Why a token file may not be read (it resolves outside `directory`, symlinks and `..`
+    followed), or None. Neither path is quoted back: the spec may hold a pasted secret."""
+    try:
+        inside = path.resolve().is_relative_to(directory.resolve())
+    except (OSError, RuntimeError):  # a symlink loop
+        inside = False
+    if inside:
+        return None
+    return (
+        "the token file is outside the secrets folder (CRCR_SECRETS_DIR), the only place "
+        "relay tokens are read from (symlinks and .. are followed first): put it there"
+    )
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
-        self.path = Path(path)
+
+class StaticTokenProvider:
+    """A bearer token read from a secret file, re-read on every call so rotation works.
+
+    With `inside`, the file is read only where it resolves inside that folder, looked at
+    again on every call (a symlink swapped in later points nowhere else).
+    """
+
+    def __init__(self, path: str | os.PathLike[str], inside: Path | None = None) -> None:
+        self.path, self.inside = Path(path), inside
 
     def token(self) -> str:
+        path = self.path
+        if self.inside is not None:
+            problem = outside_problem(path, self.inside)
+            if problem:
+                raise TokenError(problem)
+            path = path.resolve()
         try:
-            value = self.path.read_text().strip()
+            value = path.read_text().strip()
         except OSError as error:
             raise TokenError(f"cannot read the relay token file {self.path}: {error}") from None
         if not value:
@@ -220,7 +245,7 @@ def send(
     # that the action strips before posting; so does this.
     request = urllib.request.Request(url.rstrip("/"), data=data, headers=headers, method="POST")
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
+        with _NO_REDIRECTS.open(request, timeout=timeout) as response:
             return answer_of(response.status, response.read().decode(errors="replace"))
     except urllib.error.HTTPError as error:
         text = error.read().decode(errors="replace")
@@ -228,6 +253,17 @@ def send(
     except (OSError, http.client.HTTPException) as error:
         reason = getattr(error, "reason", None) or error
         return answer_of(None, f"network error: {reason}")
+
+
+class _RefuseRedirects(urllib.request.HTTPRedirectHandler):
+    """A redirect is the relay's answer, never followed: following it would carry the
+    bearer token to a host nobody allow-listed."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+_NO_REDIRECTS = urllib.request.build_opener(_RefuseRedirects)
 
 
 def answer_of(status: int | None, text: str, retry_after: str | None = None) -> Answer:

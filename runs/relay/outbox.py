@@ -39,7 +39,7 @@ from django.utils import timezone
 
 from crcr_site.lib import enqueue
 from runs.models import ApiToken, Backend, Failure, RelayCallback, Run, Shard, Trigger
-from runs.relay import deadlines, delivery, protocol
+from runs.relay import deadlines, delivery, policy, protocol
 
 logger = logging.getLogger(__name__)
 
@@ -303,8 +303,11 @@ def deliver(callback_id: int) -> RelayCallback | None:
         return callback
     callback.adopt_job_identity()  # sent by a reporter before the backend changed senders
     backend = callback.run.backend
+    refused = policy.url_problem(backend.relay_url)
+    if refused:  # stored past the checks (or the allow-list changed since): nothing goes
+        return _hold(callback, f"relay_url: {refused}")
     try:
-        provider = delivery.provider_from_spec(backend.relay_token)
+        provider = policy.provider(backend.relay_token)
         answer = delivery.send(backend.relay_url, callback.outgoing_body(), provider)
     except delivery.TokenError as error:
         if not error.retryable:
@@ -386,8 +389,8 @@ def _hold(callback: RelayCallback, problem: str) -> RelayCallback:
     """
     if not callback.auth_misconfigured:
         logger.error(
-            "relay callback %s (%s of run %s) held: backend %r has no usable relay token "
-            "(relay_token in its profile): %s",
+            "relay callback %s (%s of run %s) held: backend %r has no usable relay token or "
+            "URL (relay_token, relay_url in its profile): %s",
             callback.uuid, callback.transition, callback.run.uuid,
             callback.run.backend.slug, problem,
         )  # fmt: skip

@@ -12,7 +12,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def start(env: dict[str, str], command: str = "check") -> subprocess.CompletedProcess[str]:
     """Run a management command with this environment on top of a clean one."""
-    clean = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "DEBUG")}
+    dropped = ("DATABASE_URL", "DEBUG", "CRCR_SECRETS_DIR")
+    clean = {k: v for k, v in os.environ.items() if k not in dropped}
     return subprocess.run(
         [sys.executable, "manage.py", command],
         cwd=ROOT,
@@ -62,3 +63,15 @@ def test_the_embedded_default_needs_no_environment(tmp_path):
     completed = start({"CRCR_VAR_DIR": str(tmp_path)}, command="migrate")
     assert completed.returncode == 0, completed.stderr
     assert (tmp_path / "crcr.sqlite3").exists()
+
+
+def test_it_refuses_a_secrets_folder_that_holds_the_secret_key_or_crcr(tmp_path):
+    """A relay token must never be able to name the secret key file, or crcr's own files."""
+    secret = tmp_path / "secret"
+    secret.write_text("a-real-production-secret-key-with-enough-entropy-0123456789\n")
+    for folder in (tmp_path, ROOT.parent):
+        completed = start(
+            {"DEBUG": "false", "SECRET_KEY_FILE": str(secret), "CRCR_SECRETS_DIR": str(folder)}
+        )
+        assert completed.returncode != 0
+        assert "CRCR_SECRETS_DIR" in completed.stderr and "Traceback" not in completed.stderr

@@ -190,5 +190,25 @@ def test_a_github_ping_is_answered_and_not_stored(client, secret):
 
 def test_webhooks_are_refused_for_a_backend_without_a_secret(client, backend):
     raw = json.dumps(pr_dispatch()["payload"]).encode()
-    assert webhook(client, raw, sign("", raw)).status_code == 403
+    assert webhook(client, raw, sign("", raw)).status_code == 401
+    assert not Dispatch.objects.exists()
+
+
+def test_an_unknown_backend_is_answered_as_a_bad_signature_is(client, secret, backend):
+    """Nobody can tell which backend slugs exist, or which take webhooks, from the answers."""
+    raw = json.dumps(pr_dispatch()["payload"]).encode()
+    bad = webhook(client, raw, sign("wrong secret", raw))
+    answers = [
+        client.post(
+            f"/api/webhooks/github/{slug}/", data=raw, content_type="application/json",
+            HTTP_X_GITHUB_EVENT="pull_request", HTTP_X_HUB_SIGNATURE_256=sign(secret, raw),
+        )
+        for slug in ("nosuch", "acme-typo")
+    ]  # fmt: skip
+    backend.webhook_secret = ""
+    backend.save()
+    answers.append(webhook(client, raw, sign("", raw)))  # a backend without a secret
+    for answer in answers:
+        assert (answer.status_code, answer.content) == (bad.status_code, bad.content)
+    assert bad.status_code == 401 and b"does not match" in bad.content
     assert not Dispatch.objects.exists()

@@ -126,12 +126,12 @@ def test_the_backend_admin_refuses_a_malformed_relay_token(db, client, spec, pro
     assert spec not in errors["relay_token"][0]
 
 
-def test_the_backend_admin_takes_a_well_formed_relay_token(db, client):
+def test_the_backend_admin_takes_a_well_formed_relay_token(db, client, settings, tmp_path):
     client.force_login(get_user_model().objects.create_superuser("ada", password=PASSWORD))
+    settings.CRCR_RELAY_URL_ALLOWLIST = ["relay.example"]
+    spec = f"file:{tmp_path / 'relay-token'}"  # in the secrets folder (tests/conftest.py)
 
-    response = client.post(
-        "/admin/runs/backend/add/", admin_form(relay_token="file:/etc/crcr/relay-token")
-    )
+    response = client.post("/admin/runs/backend/add/", admin_form(relay_token=spec))
 
     assert response.status_code == 302
-    assert Backend.objects.get().relay_token == "file:/etc/crcr/relay-token"
+    assert Backend.objects.get().relay_token == spec
