@@ -16,6 +16,7 @@ from crcr_reuse.outcomes import TestRecord
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
+from crcr_site.lib.redaction import known_secrets, redact
 from runs.models import Shard, TestResult
 from runs.report_files import parse_junit
 
@@ -32,8 +33,9 @@ def _properties(record: TestRecord) -> dict[str, str]:
     return {str(pair[0]): str(pair[1]) for pair in record.properties if len(pair) == 2}
 
 
-def values(shard: Shard, record: TestRecord, now: datetime) -> tuple:
-    """One attempt as a row (in COLUMNS order), with its generic test, op, dtype, module."""
+def values(shard: Shard, record: TestRecord, now: datetime, secrets: list[str]) -> tuple:
+    """One attempt as a row (in COLUMNS order), with its generic test, op, dtype, module;
+    its message without the credentials it shows (`secrets`: this worker's own)."""
     props = _properties(record)
     file_path, _, rest = record.node_id.partition("::")
     generic = props.get("crcr_test", "").split("::")
@@ -42,7 +44,8 @@ def values(shard: Shard, record: TestRecord, now: datetime) -> tuple:
     return (
         shard.pk, shard.run_id, record.attempt, record.node_id, file_path, class_name,
         test_name, props.get("op", ""), props.get("dtype", ""), props.get("module", ""),
-        props.get("mode", ""), record.outcome, record.duration, record.message[-8000:],
+        props.get("mode", ""), record.outcome, record.duration,
+        redact(record.message[-8000:], secrets),
         record.markers, now,
     )  # fmt: skip
 
@@ -65,12 +68,14 @@ def ingest_junit(shard: Shard, path: Path, attempt: int = 1) -> int:
 
 
 def _store(shard: Shard, records: Callable[[], Iterable[TestRecord]]) -> int:
-    now = timezone.now()
+    now, secrets = timezone.now(), known_secrets()
+
+    def rows() -> Iterator[tuple]:
+        return (values(shard, record, now, secrets) for record in records())
+
     if connection.vendor == "postgresql":
-        return _copy(shard, lambda: (values(shard, record, now) for record in records()))
-    objects = [
-        TestResult(**dict(zip(COLUMNS, values(shard, r, now), strict=True))) for r in records()
-    ]
+        return _copy(shard, rows)
+    objects = [TestResult(**dict(zip(COLUMNS, row, strict=True))) for row in rows()]
     stored = 0
     for start in range(0, len(objects), BATCH):
         batch = objects[start : start + BATCH]
