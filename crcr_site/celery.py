@@ -1,10 +1,14 @@
 """The Celery app: three queues, routing by task, and the beat schedule."""
 
 import os
+from typing import Any
 
-from celery import Celery
+from celery import Celery, signals
 from kombu import Queue
 
+from crcr_site.lib import sealing
+
+sealing.unseal()  # a sealed worker's credentials, before the settings read them
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "crcr_site.settings")
 
 app = Celery("crcr")
@@ -37,3 +41,10 @@ app.conf.task_reject_on_worker_lost = True
 app.conf.worker_prefetch_multiplier = 1
 app.conf.broker_connection_retry_on_startup = True
 app.autodiscover_tasks()
+
+
+@signals.celeryd_init.connect
+def seal_worker(**_: Any) -> None:
+    """A worker starts again without credentials in its environment, so its test
+    processes cannot read them from `/proc` (`crcr_site.lib.sealing`)."""
+    sealing.seal()

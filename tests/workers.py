@@ -82,10 +82,11 @@ def stop(*workers: subprocess.Popen | None) -> None:
 
 def trigger(env: dict[str, str], backend: str, sha: str) -> None:
     """A manual run, started the way an operator starts one."""
-    subprocess.run(
+    done = subprocess.run(
         [sys.executable, "manage.py", "trigger", "--backend", backend, "--sha", sha],
-        cwd=settings.BASE_DIR, env=env, check=True, capture_output=True, timeout=120,
+        cwd=settings.BASE_DIR, env=env, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
+    assert done.returncode == 0, f"manage.py trigger failed: {done.stderr}"
 
 
 def shard_log(tmp_path: Path, run_uuid: object, index: int, attempt: int = 1) -> Path:

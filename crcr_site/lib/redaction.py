@@ -40,14 +40,15 @@ PATTERNS = (
 )
 
 
+def is_secret(name: str) -> bool:
+    """Whether a variable of this name holds a credential (or says where one is)."""
+    return name in OWN_VARIABLES or re.search(SECRET_WORDS, name, re.I) is not None
+
+
 def known_secrets(environ: Mapping[str, str] | None = None) -> list[str]:
     """The values this process must never let through, longest first."""
     environ = os.environ if environ is None else environ
-    values = [
-        value
-        for name, value in environ.items()
-        if name in OWN_VARIABLES or re.search(SECRET_WORDS, name, re.I)
-    ]
+    values = [value for name, value in environ.items() if is_secret(name)]
     values.append(str(getattr(settings, "SECRET_KEY", "")))
     return sorted({v for v in values if len(v) >= MIN_VALUE}, key=len, reverse=True)
 
