@@ -102,6 +102,9 @@ def record_worker(
     row, _ = WorkerEnvironment.objects.get_or_create(
         shard=shard, shard_attempt=shard.attempts, defaults={"run": run, **facts}
     )
+    # The shard's HUD job reports these versions (runs.relay.outbox), from this claim.
+    hud = row.hud_environment(run.backend.device_module)
+    Shard.objects.filter(pk=shard.pk).update(environment=hud)
     return row
 
 

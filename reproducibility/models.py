@@ -96,6 +96,20 @@ class WorkerEnvironment(models.Model):
             return f"built from {wheels} (environment {built.get('key', '')[:12]})"
         return "the worker's own (no build command: installed torch)" if built else ""
 
+    def hud_environment(self, device_module: str) -> dict[str, str]:
+        """What the HUD job of its shard reports as `environment` (the HUD's column:
+        {"sdk": "<version>", "device": "<hardware>", ...}): the backend's module and version,
+        the accelerator (the GPU and driver when there is one, else the host's architecture,
+        where the reference device's kernels run), torch, Python and the OS."""
+        facts = {
+            "sdk": f"{device_module} {self.backend_version}".strip(),
+            "device": self.cuda or self.cpu_arch,
+            "torch": self.torch_version,
+            "python": self.python_version,
+            "os": self.os,
+        }
+        return {key: value for key, value in facts.items() if value}
+
     def packages(self) -> dict[str, str]:
         """`pip freeze` as name -> full line (comments dropped)."""
         lines = (line.strip() for line in self.pip_freeze.splitlines())

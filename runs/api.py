@@ -17,7 +17,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from crcr_site.lib.access import IsMachine, RoleTokenAuthentication, check_backend
-from runs import attempts
+from runs import attempts, readiness
 from runs import dispatch as intake
 from runs.models import ApiToken, Backend, Dispatch, RelayCallback, Run
 from runs.relay import claims, delivery
@@ -29,6 +29,7 @@ from runs.serializers import (
     ClaimedCallbackSerializer,
     DispatchOutSerializer,
     DispatchSerializer,
+    ReadinessSerializer,
     RunDetailSerializer,
     RunSerializer,
 )
@@ -192,6 +193,16 @@ class RunDetailAPI(generics.RetrieveAPIView):
         run: Run = super().get_object()
         check_backend(self.request, run.backend)
         return run
+
+
+class BackendReadinessAPI(TokenAPIView):
+    """GET: the backend's L3 readiness (RFC 102) over 7 days and 4 weeks, per HUD job."""
+
+    @extend_schema(responses={200: ReadinessSerializer}, operation_id="backend_readiness")
+    def get(self, request: Request, slug: str) -> Response:
+        backend = get_object_or_404(Backend, slug=slug)
+        check_backend(request, backend)
+        return Response(ReadinessSerializer(readiness.of_backend(backend.slug)).data)
 
 
 class RunAttemptAPI(TokenAPIView):

@@ -197,6 +197,46 @@ class CallbackAnswerSerializer(serializers.Serializer):
     )
 
 
+class ReadinessWindowSerializer(serializers.Serializer):
+    """A job's HUD jobs in one window against RFC 102; rates in percent, null with no job."""
+
+    days = serializers.IntegerField()
+    finished = serializers.IntegerField(help_text="finished HUD jobs of PyTorch pull requests")
+    succeeded = serializers.IntegerField(help_text="of them, concluded success")
+    timed_out = serializers.IntegerField(help_text="of them, concluded timed_out")
+    pass_rate = serializers.FloatField(allow_null=True)
+    pass_rate_margin = serializers.FloatField(
+        allow_null=True, help_text="points above the threshold (negative: short of it)"
+    )
+    pass_rate_meets = serializers.BooleanField(allow_null=True)
+    timeout_rate = serializers.FloatField(allow_null=True)
+    timeout_rate_margin = serializers.FloatField(
+        allow_null=True, help_text="points below the threshold (negative: over it)"
+    )
+    timeout_rate_meets = serializers.BooleanField(allow_null=True)
+    ready = serializers.BooleanField(allow_null=True, help_text="both criteria met")
+
+
+class ReadinessJobSerializer(serializers.Serializer):
+    job_name = serializers.CharField(help_text="the HUD job; empty: all of the backend's jobs")
+    windows = ReadinessWindowSerializer(many=True)
+
+
+class ReadinessThresholdsSerializer(serializers.Serializer):
+    pass_rate_above = serializers.FloatField()
+    timeout_rate_below = serializers.FloatField()
+    windows_days = serializers.ListField(child=serializers.IntegerField())
+
+
+class ReadinessSerializer(serializers.Serializer):
+    """A backend's L3 readiness (RFC 102) from crcr's own runs (`runs.readiness`)."""
+
+    backend = serializers.CharField()
+    thresholds = ReadinessThresholdsSerializer()
+    overall = ReadinessJobSerializer()
+    jobs = ReadinessJobSerializer(many=True)
+
+
 class CallbackStateSerializer(serializers.ModelSerializer):
     class Meta:
         model = RelayCallback

@@ -8,7 +8,7 @@ from django_htmx.http import HttpResponseStopPolling
 
 from crcr_site.lib.access import reviewer_required
 from crcr_site.lib.htmx import HtmxHttpRequest
-from runs import gate, hud_grid, hud_rows, run_rows, triggers
+from runs import gate, hud_grid, hud_rows, readiness, run_rows, triggers
 from runs import hud as summaries
 from runs.forms import HudFilterForm, TriggerForm
 from runs.models import Dispatch, Run
@@ -33,6 +33,9 @@ def hud(request: HttpRequest) -> HttpResponse:
         "previous_page": _page_link(request, grid.page - 1) if grid.page > 1 else "",
         "next_page": _page_link(request, grid.page + 1) if grid.has_next else "",
         "section": summaries.section(filters["job"], grid.state),  # red jobs and trends
+        # Not cached with the section: its windows slide with the clock, not with the runs.
+        "readiness": readiness.rows(),
+        "thresholds": readiness.thresholds(),
         "nav": "hud",
     }
     if not rows and grid.page == 1 and not context["filtered"]:

@@ -1,11 +1,14 @@
 """Plain factory functions for the test suite."""
 
+import uuid
+from datetime import datetime
 from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
+from django.utils import timezone
 
-from runs.models import ApiToken, Backend
+from runs.models import ApiToken, Backend, Dispatch, Run, Trigger
 from selection.models import ConfigVersion, Proposal
 
 PASSWORD = "a-long-test-password"
@@ -49,3 +52,28 @@ def make_proposal(backend: Backend, **fields: Any) -> Proposal:
         "stage": Proposal.Stage.CLASSIFY,
     }
     return Proposal.objects.create(backend=backend, **(defaults | fields))
+
+
+def make_pr_run(
+    backend: Backend,
+    status: str = Run.Status.PASSED,
+    job_name: str = "acme",
+    started_at: datetime | None = None,
+    event_type: str = "pull_request",
+    **fields: Any,
+) -> Run:
+    """A run of a PyTorch pull request's dispatch (one HUD job), finished with `status`."""
+    dispatch = Dispatch.objects.create(
+        backend=backend, delivery_id=str(uuid.uuid4()), event_type=event_type,
+        raw_body="{}", payload={}, verdict="accepted",
+    )  # fmt: skip
+    trigger = Trigger.objects.create(
+        backend=backend, kind="dispatch", dispatch=dispatch, pytorch_sha="a" * 40
+    )
+    config = backend.config_versions.order_by("-number").first() or make_config(backend)
+    started = started_at or timezone.now()
+    return Run.objects.create(
+        trigger=trigger, backend=backend, job_name=job_name, backend_version="1",
+        pytorch_sha="a" * 40, test_suite_sha="a" * 40, config_version=config, status=status,
+        started_at=started, finished_at=started, **fields,
+    )  # fmt: skip

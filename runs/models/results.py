@@ -56,6 +56,9 @@ class Shard(models.Model):
     error = models.TextField(blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    # What its HUD job reports as `environment`: the SDK and device versions the tests ran
+    # with, written by reproducibility's record of the worker that claimed it.
+    environment = models.JSONField(default=dict, blank=True)
 
     objects = ShardQuerySet.as_manager()
 

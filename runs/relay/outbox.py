@@ -186,7 +186,7 @@ def _job_finished(run: Run, shard: Shard | None) -> None:
 # What a bridge copies from crcr's `completed` of a HUD job (the rest is its own identity).
 RESULT_FIELDS = (
     "conclusion", "completed_at", "test_results", "failed_tests_detail", "triage_verdict",
-    "artifact_url",
+    "artifact_url", "environment",
 )  # fmt: skip
 
 
@@ -247,7 +247,15 @@ def _completed_body(run: Run, shard: Shard | None) -> dict[str, Any]:
         test_results=counts,
         failed_tests_detail=[_detail(failure) for failure in failures[:1000]],
         triage_verdict=_triage(run, list(failures)),
+        environment=_environment(run, shard),
     )
+
+
+def _environment(run: Run, shard: Shard | None) -> dict[str, str] | None:
+    """The SDK and device versions of a HUD job: its shard's, or the run's first recorded
+    (a run's shards test one combination; only their hosts differ)."""
+    shards = Shard.objects.filter(pk=shard.pk) if shard else run.shards.order_by("index")
+    return shards.exclude(environment={}).values_list("environment", flat=True).first()
 
 
 def _shard_conclusion(

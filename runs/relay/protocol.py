@@ -30,6 +30,10 @@ MAX_MESSAGE_BYTES = 1024
 MAX_STACKTRACE_BYTES = 4096
 MAX_NAME_BYTES = 1024
 MAX_TRIAGE_SUMMARY = 1000
+# `environment`: the HUD's column holds a JSON object of short facts, {"sdk": "<version>",
+# "device": "<hardware>", ...} (clickhouse_db_schema/default.crcr_workflow_job/schema.sql).
+MAX_ENVIRONMENT_KEYS = 16
+MAX_ENVIRONMENT_VALUE_BYTES = 256
 # The HUD's body parser refuses more than 2 MB, and the relay passes that 413 back. The limit
 # applies to the relay's forward, which wraps crcr's body: see `relay_forward` below.
 MAX_BODY_BYTES = 2 * 1024 * 1024
@@ -41,6 +45,7 @@ ELLIPSIS = "…"
 
 _SHA = re.compile(r"^[0-9a-f]{40}$")
 _DIGITS = re.compile(r"^[0-9]+$")
+_FACT = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
 
 Status = Literal["in_progress", "completed"]
 
@@ -84,13 +89,15 @@ def build_callback(
     artifact_url: str | None = None,
     failed_tests_detail: list[Mapping[str, Any]] | None = None,
     triage_verdict: Mapping[str, Any] | None = None,
+    environment: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """The body of one callback: the dispatch's client_payload echoed, plus `workflow`.
 
     Steps: echo `event_type`, `delivery_id` and `payload`; fix the conclusion (null while in
     progress; `success` downgraded to `failure` unless tests ran and none failed; derived
     from the counts when not given); cap failure details (1000 entries, message 1 KB from its
-    start, stacktrace 4 KB from its end); drop trailing details until the relay's forward
+    start, stacktrace 4 KB from its end); keep the environment's non-empty facts, each cut to
+    256 bytes; drop trailing details until the relay's forward
     of the body fits in the HUD's 2 MB with a margin (`MAX_FORWARD_BYTES`).
     """
     if status not in STATUSES:
@@ -129,6 +136,8 @@ def build_callback(
         ]
     if triage_verdict is not None:
         workflow["triage_verdict"] = _triage_verdict(triage_verdict)
+    if environment:
+        workflow["environment"] = _environment(environment)
     body = {
         "event_type": client_payload["event_type"],
         "delivery_id": client_payload["delivery_id"],
@@ -182,6 +191,20 @@ def _failed_test(entry: Mapping[str, Any]) -> dict[str, Any]:
         "stacktrace": keep_end(str(entry.get("stacktrace") or ""), MAX_STACKTRACE_BYTES),
         "duration": None if duration is None else round(float(duration), 3),
     }
+
+
+def _environment(facts: Mapping[str, str]) -> dict[str, str]:
+    """The SDK and device versions a job ran with: short named facts, empty ones left out."""
+    if any(not isinstance(key, str) or not _FACT.match(key) for key in facts):
+        raise ValueError("environment keys are lower-case names such as sdk, device, torch")
+    kept = {
+        key: keep_start(str(value), MAX_ENVIRONMENT_VALUE_BYTES)
+        for key, value in facts.items()
+        if value
+    }
+    if len(kept) > MAX_ENVIRONMENT_KEYS:
+        raise ValueError(f"an environment holds at most {MAX_ENVIRONMENT_KEYS} facts")
+    return kept
 
 
 def _triage_verdict(verdict: Mapping[str, Any]) -> dict[str, Any]:
@@ -382,7 +405,21 @@ def _workflow_problems(wf: dict[str, Any]) -> list[str]:
         problems.append("workflow.artifact_url: must be an http(s) URL or null")
     problems += _details_problems(wf.get("failed_tests_detail"))
     problems += _triage_problems(wf.get("triage_verdict"))
-    return problems
+    return problems + _environment_problems(wf.get("environment"))
+
+
+def _environment_problems(facts: Any) -> list[str]:
+    if facts is None:
+        return []
+    if not isinstance(facts, dict) or len(facts) > MAX_ENVIRONMENT_KEYS:
+        return [f"workflow.environment: must be an object of at most {MAX_ENVIRONMENT_KEYS} facts"]
+    return [
+        f"workflow.environment.{key}: must be a string of 1 to {MAX_ENVIRONMENT_VALUE_BYTES} bytes"
+        for key, value in facts.items()
+        if not _FACT.match(key)
+        or not _text(value)
+        or len(value.encode()) > MAX_ENVIRONMENT_VALUE_BYTES
+    ]
 
 
 def _details_problems(details: Any) -> list[str]:

@@ -229,20 +229,92 @@ def hud_key(repo: str, body: dict[str, Any]) -> str:
 
 
 class HudTable:
-    """The HUD's table of jobs (`torchci-oot-workflow-job`): one row per `hud_key`."""
+    """The HUD's table of jobs (`torchci-oot-workflow-job`): one row per `hud_key`, holding
+    what `hud_record` extracts from each forward."""
 
     def __init__(self) -> None:
         self._rows: dict[str, dict[str, Any]] = {}
         self._lock = threading.Lock()
 
-    def write(self, repo: str, body: dict[str, Any]) -> None:
-        written = {key: value for key, value in body["workflow"].items() if value is not None}
+    def write(self, trusted: dict[str, Any], body: dict[str, Any]) -> None:
+        record = hud_record(trusted, body)
         with self._lock:
-            self._rows.setdefault(hud_key(repo, body), {}).update(written)
+            self._rows.setdefault(hud_key(trusted["verified_repo"], body), {}).update(record)
 
     def rows(self) -> dict[str, dict[str, Any]]:
         with self._lock:
             return {key: dict(row) for key, row in self._rows.items()}
+
+
+def hud_record(trusted: dict[str, Any], body: dict[str, Any]) -> dict[str, Any]:
+    """extractDynamoRecord (torchci/lib/crcr/crcrUtils.ts at 0a1140dfc7, lines 97-181): the
+    columns the HUD writes, only those with a value (writeToDynamo's UpdateItem skips the
+    undefined). It stores `artifact_url` when truthy; `failed_tests_json` and `environment`
+    are columns (schema.sql) that it does not fill: the body's failure details and
+    environment reach the HUD untouched inside `callback_payload` and stay there."""
+    workflow, payload = body["workflow"], body.get("payload") or {}
+    pr = payload.get("pull_request") or {}
+    metrics = trusted.get("ci_metrics") or {}
+    record: dict[str, Any] = {
+        "status": workflow.get("status"),
+        "downstream_repo": trusted["verified_repo"],
+        "upstream_repo": (payload.get("repository") or {}).get("full_name") or "pytorch/pytorch",
+        "pr_number": pr.get("number") or 0,
+        "pytorch_head_sha": (pr.get("head") or {}).get("sha")
+        or payload.get("head_sha")
+        or body.get("delivery_id")
+        or "",
+        "delivery_id": body.get("delivery_id"),
+        "workflow_run_url": workflow.get("url") or "",
+        "workflow_name": workflow.get("name"),
+        "job_name": workflow.get("job_name"),
+        "check_run_id": str(workflow.get("check_run_id")),
+        "run_id": workflow.get("run_id") or "",
+        "run_attempt": _js_number(workflow.get("run_attempt")),
+        "downstream_repo_level": trusted.get("downstream_repo_level") or None,
+        "event_type": body.get("event_type") or None,
+        "queue_time": metrics.get("queue_time"),
+        "execution_time": metrics.get("execution_time"),
+        "started_at": workflow.get("started_at") or None,
+        "artifact_url": workflow.get("artifact_url") or None,
+    }
+    if workflow.get("status") == "completed":
+        record["conclusion"] = workflow.get("conclusion")
+        record["completed_at"] = workflow.get("completed_at") or None
+        results = workflow.get("test_results")
+        if results:
+            record.update(_test_columns(results))
+    return {key: value for key, value in record.items() if value is not None}
+
+
+def _js_number(value: Any) -> int | float:
+    """`Number(x ?? 1) || 1`: a run attempt the HUD cannot read as a number is 1."""
+    try:
+        number = float(1 if value is None else value)
+    except (TypeError, ValueError):
+        return 1
+    return (
+        1 if number != number or number == 0 else (int(number) if number.is_integer() else number)
+    )
+
+
+def _test_columns(results: dict[str, Any]) -> dict[str, Any]:
+    """The counts, `typeof === "number"` each; `total_tests` summed when not given."""
+    numbers = {key: value for key, value in results.items() if _js_typeof_number(value)}
+    columns = {
+        f"{key}_tests": numbers[key] for key in ("passed", "failed", "skipped") if key in numbers
+    }
+    total = numbers.get("total")
+    columns["total_tests"] = (
+        total
+        if total is not None
+        else sum(results.get(key) or 0 for key in ("passed", "failed", "skipped"))
+    )
+    return columns
+
+
+def _js_typeof_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def hud_rejected(status: int) -> Reject:

@@ -376,7 +376,7 @@ class RelaySimulator:
         for _ in range(rules.HUD_MAX_RETRIES + 1):
             last = self._hud_faults.popleft() if self._hud_faults else rules.hud_status(data, body)
             if last is not None and last < 400:
-                self.hud_table.write(envelope["verified_repo"], body)
+                self.hud_table.write(envelope, body)
                 return
             if last is not None and last < 500:
                 raise rules.hud_rejected(last)
