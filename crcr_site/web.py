@@ -18,15 +18,14 @@ import signal
 import sys
 from types import FrameType
 
-from crcr_reuse.yaml_limits import MAX_BYTES
 from django.conf import settings
 from waitress import serve
 
 # The largest body crcr takes is a config file uploaded on the onboarding page: at
-# most MAX_BYTES of YAML and the form's other fields. Twice that leaves room, so a
-# file a little over the YAML limit still reaches the form and is told which limit it
-# crossed; a larger body is answered 413 before it is read to the end.
-MAX_BODY_BYTES = 2 * MAX_BYTES
+# most 8 MiB of YAML (the engine's yaml_limits.MAX_BYTES) and the form's other fields.
+# Twice that leaves room, so a file a little over the YAML limit still reaches the
+# form and is told which limit it crossed; a larger body is answered 413 unread.
+MAX_BODY_BYTES = 16 * 1024 * 1024
 # A connection with no byte in either direction for this long is closed: an idle
 # kept-alive browser, or a client that stopped in the middle of its request.
 IDLE_SECONDS = 60
