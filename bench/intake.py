@@ -1,8 +1,8 @@
 """Dispatch intake latency over HTTP, against a trivial authenticated endpoint.
 
-Starts crcr under gunicorn on a free loopback port (the database named by
-DATABASE_URL, else a fresh SQLite file; Redis as the broker so the gate is
-queued, not run inline), then sends 1,000 real-size CRCR dispatches to
+Starts crcr's production web server (crcr_site/web.py) on a free loopback port
+(the database named by DATABASE_URL, else a fresh SQLite file; Redis as the broker
+so the gate is queued, not run inline), then sends 1,000 real-size CRCR dispatches to
 POST /api/dispatches/ interleaved with 1,000 GET /api/whoami/ (token-checked,
 one query), each request alone (the client pauses 10 ms after each answer). The
 database is VACUUM ANALYZEd after setup, so a fresh one and one other benches filled
@@ -124,9 +124,9 @@ def main() -> int:
         manage(env, "migrate", "--no-input", "-v", "0")
         token = manage(env, "shell", "-c", SETUP).strip().splitlines()[-1]
         port = free_port()
+        # The production web server (the Procfile's), on loopback.
         server = subprocess.Popen(
-            [sys.executable, "-m", "gunicorn", "crcr_site.wsgi", "--bind", f"127.0.0.1:{port}",
-             "--worker-class", "gthread", "--workers", "1", "--threads", "2", "--log-level", "warning"],
+            [sys.executable, "-m", "crcr_site.web", "--listen", f"127.0.0.1:{port}"],
             cwd=ROOT, env=env,
         )  # fmt: skip
         try:

@@ -40,6 +40,10 @@ ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "testserver
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 # Absolute base of links crcr sends out (HUD callbacks, bundles).
 CRCR_PUBLIC_URL = env_url("CRCR_PUBLIC_URL", "http://127.0.0.1:8000", ("http", "https"))
+# The web server's (crcr_site/web.py): requests served at once, and connections held
+# open at once, slow ones included (each costs a socket, not a thread).
+CRCR_WEB_THREADS = env_int("CRCR_WEB_THREADS", 8, minimum=1)
+CRCR_WEB_CONNECTION_LIMIT = env_int("CRCR_WEB_CONNECTION_LIMIT", 500, minimum=1)
 
 INSTALLED_APPS = [
     "django.contrib.admin",

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -70,6 +71,35 @@ def start_worker(
          "-Q", queues, "-n", f"{name}@%h", "--loglevel", "INFO"],
         cwd=settings.BASE_DIR, env=env, stdout=output, stderr=subprocess.STDOUT,
     )  # fmt: skip
+
+
+def start_web(env: dict[str, str], port: int, log: Path) -> subprocess.Popen:
+    """The web exactly as the Procfile runs it, on `port`, once it answers; its output
+    goes to `log`. `stop` stops it."""
+    procfile = (Path(settings.BASE_DIR) / "Procfile").read_text()
+    command = next(line for line in procfile.splitlines() if line.startswith("web:"))
+    # The Procfile's `python` is this interpreter (the project's virtual environment).
+    path = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    web = subprocess.Popen(
+        ["sh", "-c", "exec " + command.removeprefix("web:").strip()],
+        cwd=settings.BASE_DIR, env=dict(env, PORT=str(port), PATH=path),
+        stdout=log.open("ab"), stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        wait_for(lambda: answers(port, "/accounts/login/"), timeout=60, what="the web to answer")
+    except AssertionError:
+        stop(web)
+        raise
+    return web
+
+
+def answers(port: int, path: str, timeout: float = 5) -> bool:
+    """Whether the web on `port` answers `path` with 200 within `timeout` seconds."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=timeout) as response:
+            return response.status == 200
+    except OSError:
+        return False
 
 
 def stop(*workers: subprocess.Popen | None) -> None:

@@ -1,6 +1,6 @@
 """The whole loop on the production shape, as a team lives it.
 
-Separate processes: the web under gunicorn and one Celery worker serving the
+Separate processes: the web as the Procfile runs it and one Celery worker serving the
 `default`, `device` and `relay` queues, both on PostgreSQL and a Redis database
 of this test's own; the relay simulator plays PyTorch's relay; Chromium plays
 the reviewers. A merged PR dispatched by the relay is gated, run in shards on
@@ -11,8 +11,6 @@ proposes a config, which two reviewers turn into a merged config version.
 import os
 import re
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -31,7 +29,15 @@ from tests.dispatches import pr_dispatch
 from tests.factories import PASSWORD, make_backend, make_config, make_token, make_user
 from tests.runs.conftest import Http
 from tests.waiting import wait_for
-from tests.workers import environment, free_port, own_redis, results_once, start_worker, stop
+from tests.workers import (
+    environment,
+    free_port,
+    own_redis,
+    results_once,
+    start_web,
+    start_worker,
+    stop,
+)
 
 BUNDLED = Path(settings.BASE_DIR) / "tests" / "upstream"
 REPO = "acme/accel-backend"
@@ -91,31 +97,14 @@ def services(transactional_db, tmp_path, tree, simulator):
             CRCR_TEST_TIMEOUT="60", CRCR_PUBLIC_URL=f"http://127.0.0.1:{port}",
         )  # fmt: skip
         log = tmp_path / "processes.log"
-        web = subprocess.Popen(
-            [sys.executable, "-m", "gunicorn", "crcr_site.wsgi", "--bind", f"127.0.0.1:{port}",
-             "--workers", "1", "--threads", "4", "--timeout", "120"],
-            cwd=settings.BASE_DIR, env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT,
-        )  # fmt: skip
         worker = start_worker(env, "e2e", log, queues="default,device,relay")
+        web = None
         try:
-            base_url = f"http://127.0.0.1:{port}"
-            wait_for(lambda: _answers(base_url), timeout=60, what="the web to answer")
-            yield backend, base_url, broker
+            web = start_web(env, port, log)
+            yield backend, f"http://127.0.0.1:{port}", broker
         finally:
-            stop(worker)
-            web.terminate()
-            web.wait(timeout=60)
+            stop(worker, web)
             print(log.read_text()[-5000:])
-
-
-def _answers(base_url: str) -> bool:
-    import urllib.request
-
-    try:
-        with urllib.request.urlopen(f"{base_url}/accounts/login/", timeout=5) as response:
-            return response.status == 200
-    except OSError:
-        return False
 
 
 def picture(page, name: str) -> None:

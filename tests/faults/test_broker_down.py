@@ -3,19 +3,24 @@ by beat's sweep once the broker is back; a run whose planning message the broker
 lost is sent again; nothing is gated twice."""
 
 import json
-import subprocess
-import sys
 import urllib.request
 
 import pytest
-from django.conf import settings
 
 from demo.localgit import PyTorchShapedRepo
 from runs.models import Dispatch, Run
 from tests.dispatches import pr_dispatch
 from tests.factories import make_backend, make_config, make_token, make_user
 from tests.waiting import wait_for
-from tests.workers import Beat, PrivateRedis, environment, free_port, start_worker, stop
+from tests.workers import (
+    Beat,
+    PrivateRedis,
+    environment,
+    free_port,
+    start_web,
+    start_worker,
+    stop,
+)
 
 
 @pytest.fixture
@@ -35,14 +40,6 @@ def post(base_url: str, token: str, body: dict) -> int:
         return response.status
 
 
-def answers(base_url: str) -> bool:
-    try:
-        urllib.request.urlopen(f"{base_url}/accounts/login/", timeout=5)
-    except OSError:
-        return False
-    return True
-
-
 def test_a_dispatch_taken_while_the_broker_is_down_is_gated_once_it_is_back(
     transactional_db, redis, tmp_path
 ):
@@ -54,16 +51,10 @@ def test_a_dispatch_taken_while_the_broker_is_down_is_gated_once_it_is_back(
         tmp_path, redis.url, CRCR_UPSTREAM=f"git:{upstream.path}", CRCR_LOST_WORK_SECONDS="1"
     )
     port = free_port()
-    web = subprocess.Popen(
-        [sys.executable, "-m", "gunicorn", "crcr_site.wsgi", "--bind", f"127.0.0.1:{port}",
-         "--workers", "1", "--threads", "2", "--timeout", "120"],
-        cwd=settings.BASE_DIR, env=env, stdout=(tmp_path / "web.log").open("ab"),
-        stderr=subprocess.STDOUT,
-    )  # fmt: skip
+    web = start_web(env, port, tmp_path / "web.log")
     worker = None
     try:
         base_url = f"http://127.0.0.1:{port}"
-        wait_for(lambda: answers(base_url), timeout=60, what="the web to answer")
         redis.kill()  # the broker is really gone: nothing listens on its port
 
         assert post(base_url, token, pr_dispatch()) == 202
@@ -93,8 +84,6 @@ def test_a_dispatch_taken_while_the_broker_is_down_is_gated_once_it_is_back(
             what="the sweep to send the lost planning message again",
         )
     finally:
-        stop(worker)
-        web.terminate()
-        web.wait(timeout=60)
+        stop(worker, web)
     # Gated once: one trigger, one run for the merged PR (its planning waits for a device).
     assert Run.objects.filter(trigger__dispatch=dispatch).count() == 1
