@@ -37,6 +37,11 @@ urlpatterns = [
         name="configversion_patch",
     ),
     path("backends/new/", onboarding.backend_create, name="backend_create"),
+    path(
+        "backends/new/checks/<uuid:uuid>/",
+        onboarding.configsubmission_detail,
+        name="configsubmission_detail",
+    ),
     path("configs/<slug:slug>/", configpage.backendconfig_detail, name="backendconfig_detail"),
     path(
         "configs/<slug:slug>/v<int:number>/",
