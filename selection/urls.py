@@ -1,6 +1,6 @@
 from django.urls import path
 
-from selection.views import configpage, configprs, onboarding, pipeline, review
+from selection.views import configpage, configprs, onboarding, pipeline, review, submissions
 
 app_name = "selection"
 urlpatterns = [
@@ -38,8 +38,8 @@ urlpatterns = [
     ),
     path("backends/new/", onboarding.backend_create, name="backend_create"),
     path(
-        "backends/new/checks/<uuid:uuid>/",
-        onboarding.configsubmission_detail,
+        "config-work/<uuid:uuid>/",
+        submissions.configsubmission_detail,
         name="configsubmission_detail",
     ),
     path("configs/<slug:slug>/", configpage.backendconfig_detail, name="backendconfig_detail"),

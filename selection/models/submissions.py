@@ -1,5 +1,6 @@
-"""A config text submitted on a page, waiting for its check on a worker (too large for a
-request): the record of the work, its progress and its outcome."""
+"""Config work asked for on a page and too large for a request (checking a submitted
+config file, writing a config PR into a large config): the record of the work, its
+progress and its outcome, done on a worker."""
 
 import uuid
 from contextlib import AbstractContextManager
@@ -16,10 +17,13 @@ from crcr_site.lib.leases import Leased
 class ConfigSubmission(Leased):
     """A submitted YAML text is not a config until its check accepts it: nothing else reads
     `text`, and the text is dropped once the check ends (an accepted one lives on as the
-    config version it became)."""
+    config version it became). A config PR's work submits no text: `form_data` names the
+    backend or the change."""
 
     class Kind(models.TextChoices):
         ONBOARD = "onboard", "add a backend"
+        OPEN_PR = "open_pr", "open a config PR"
+        REBASE_PR = "rebase_pr", "rebase a config PR"
 
     class Status(models.TextChoices):
         QUEUED = "queued", "waiting for a worker"
@@ -30,7 +34,7 @@ class ConfigSubmission(Leased):
     uuid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
     kind = models.CharField(max_length=10, choices=Kind.choices)
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.QUEUED)
-    text = models.TextField(help_text="the submitted YAML, until its check ends")
+    text = models.TextField(blank=True, help_text="the submitted YAML, until its check ends")
     name = models.CharField(max_length=255, help_text="the uploaded file's name")
     config_format = models.CharField(max_length=10)
     form_data = models.JSONField(default=dict, blank=True, help_text="the form's other fields")
@@ -44,6 +48,10 @@ class ConfigSubmission(Leased):
     result = models.ForeignKey(
         "selection.ConfigVersion", null=True, blank=True, on_delete=models.SET_NULL
     )
+    change = models.ForeignKey(
+        "selection.ConfigChange", null=True, blank=True, on_delete=models.SET_NULL,
+        help_text="the config PR opened or rebased (accepted)",
+    )  # fmt: skip
     requested_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
     )

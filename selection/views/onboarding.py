@@ -5,26 +5,23 @@ large file is checked on a worker (`submissions`) while its own page shows the s
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import get_object_or_404, redirect, render
+from django.shortcuts import redirect, render
 from django.urls import reverse
-from django_htmx.http import HttpResponseClientRefresh
 
-from crcr_site.lib import enqueue
 from crcr_site.lib.access import ADMIN, role_of
-from crcr_site.lib.htmx import HtmxHttpRequest
 from selection import onboarding, submissions
 from selection.forms import OnboardingForm
 from selection.models import ConfigSubmission, ConfigVersion
 
 
-def _admin_only(request: HttpRequest) -> None:
+def admin_only(request: HttpRequest) -> None:
     if role_of(request.user) != ADMIN:
         raise PermissionDenied("Only an admin may add a backend.")
 
 
 @login_required
 def backend_create(request: HttpRequest) -> HttpResponse:
-    _admin_only(request)
+    admin_only(request)
     # PyTorch's relay takes only GitHub Actions' tokens: the sender most teams need.
     form = OnboardingForm(
         request.POST or None, request.FILES or None, initial={"relay_sender": "actions"}
@@ -62,31 +59,16 @@ def _add_now(request: HttpRequest, form: OnboardingForm, text: str, context: dic
 
 
 def _check_later(request: HttpRequest, form: OnboardingForm, text: str) -> HttpResponse:
-    from selection.tasks import check_submission
-
     data = form.cleaned_data
-    submission = submissions.submit(
-        ConfigSubmission.Kind.ONBOARD, text, data["config"].name, data["config_format"],
-        form.profile(), request.user,
+    submission = submissions.start(
+        ConfigSubmission.Kind.ONBOARD, form.profile(), request.user,
+        text=text, name=data["config"].name[:255], config_format=data["config_format"],
     )  # fmt: skip
-    enqueue.after_commit(check_submission, submission.pk)
     return redirect("selection:configsubmission_detail", uuid=submission.uuid)
 
 
-@login_required
-def configsubmission_detail(request: HtmxHttpRequest, uuid: str) -> HttpResponse:
-    """A large config's check: its steps while it runs, then the page of its outcome."""
-    _admin_only(request)
-    submission = get_object_or_404(
-        ConfigSubmission.objects.defer("text").select_related("result__backend"),
-        uuid=uuid, kind=ConfigSubmission.Kind.ONBOARD,
-    )  # fmt: skip
-    if submission.is_finished and request.htmx:
-        return HttpResponseClientRefresh()  # the whole page becomes the outcome's
-    if not submission.is_finished:
-        template = "selection/configsubmission_detail.html"
-        context = {"submission": submission, "nav": "onboard"}
-        return render(request, f"{template}#status" if request.htmx else template, context)
+def outcome(request: HttpRequest, submission: ConfigSubmission) -> HttpResponse:
+    """An ended check's page: the new backend, or the form as sent with its problems."""
     if submission.result is not None:
         return _created(request, submission.result, submission.report, 200)
     form = OnboardingForm.as_submitted(submission.form_data, submission.config_format)

@@ -8,7 +8,6 @@ import pytest
 from django.utils import timezone
 
 from runs.models import Backend
-from selection import submissions
 from selection import tasks as selection_tasks
 from selection.models import ConfigSubmission, ConfigVersion
 from tests.factories import make_user
@@ -56,14 +55,14 @@ def admin(client, db):
     return client
 
 
-def test_a_large_file_is_stored_and_its_page_shows_the_check_waiting(admin):
-    assert len(LARGE.encode()) > submissions.settings.CRCR_CONFIG_BACKGROUND_BYTES
+def test_a_large_file_is_stored_and_its_page_shows_the_check_waiting(admin, settings):
+    assert len(LARGE.encode()) > settings.CRCR_CONFIG_BACKGROUND_BYTES
     answer = submit(admin, LARGE)
 
     # Answered without checking the file: its check waits for a worker (this test has none).
     submission = ConfigSubmission.objects.get()
     assert answer.status_code == 302
-    assert answer["Location"] == f"/backends/new/checks/{submission.uuid}/"
+    assert answer["Location"] == f"/config-work/{submission.uuid}/"
     assert (submission.status, submission.text, submission.name) == ("queued", LARGE, "first.yaml")
     assert not Backend.objects.exists() and not ConfigVersion.objects.exists()
     page = admin.get(answer["Location"]).content.decode()
@@ -125,10 +124,16 @@ def test_a_large_invalid_file_ends_with_the_problem_next_to_the_file_and_nothing
 SILENT = {"status": "running", "heartbeat_at": timezone.now() - timedelta(hours=1)}
 
 
+def left_by_a_dead_worker(user, claims: int) -> ConfigSubmission:
+    """A submission as a SIGKILLed worker leaves it: claimed, its heartbeat silent."""
+    return ConfigSubmission.objects.create(
+        kind="onboard", text=LARGE, name="first.yaml", config_format="crcr",
+        form_data=dict(FORM), requested_by=user, claims=claims, **SILENT,
+    )  # fmt: skip
+
+
 def test_a_check_whose_worker_died_is_sent_again_and_ends(celery_worker, client):
-    user = make_user("ada", role="admin")
-    stuck = submissions.submit("onboard", LARGE, "first.yaml", "crcr", dict(FORM), user)
-    ConfigSubmission.objects.filter(pk=stuck.pk).update(claims=1, **SILENT)
+    stuck = left_by_a_dead_worker(make_user("ada", role="admin"), claims=1)
 
     assert selection_tasks.resend_lost_work()["submissions"] == [stuck.pk]
 
@@ -142,13 +147,11 @@ def test_a_check_whose_worker_died_is_sent_again_and_ends(celery_worker, client)
 
 def test_a_check_whose_attempts_ran_out_is_refused_saying_why(admin, settings):
     settings.CRCR_CLAIM_ATTEMPTS = 2
-    user = make_user("root", role="admin")
-    stuck = submissions.submit("onboard", LARGE, "first.yaml", "crcr", dict(FORM), user)
-    ConfigSubmission.objects.filter(pk=stuck.pk).update(claims=2, **SILENT)
+    stuck = left_by_a_dead_worker(make_user("root", role="admin"), claims=2)
 
     assert selection_tasks.resend_lost_work()["submissions"] == []
 
-    page = admin.get(f"/backends/new/checks/{stuck.uuid}/").content.decode()
+    page = admin.get(f"/config-work/{stuck.uuid}/").content.decode()
     field = page.split("First config file", 1)[1]
     assert "the check of this file stopped (gave up after 2 attempts: its worker stopped" in field
     assert "nothing was saved: submit it again" in field
