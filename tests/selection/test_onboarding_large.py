@@ -10,6 +10,7 @@ from django.utils import timezone
 from runs.models import Backend
 from selection import tasks as selection_tasks
 from selection.models import ConfigSubmission, ConfigVersion
+from tests.engine.test_spyre_import import SPYRE
 from tests.factories import make_user
 from tests.selection.test_onboarding import CRCR, FORM, upload
 from tests.waiting import wait_for
@@ -156,3 +157,24 @@ def test_a_check_whose_attempts_ran_out_is_refused_saying_why(admin, settings):
     assert "the check of this file stopped (gave up after 2 attempts: its worker stopped" in field
     assert "nothing was saved: submit it again" in field
     assert not Backend.objects.exists()
+
+
+def test_a_spyre_file_past_the_threshold_is_imported_on_the_worker_with_its_report(
+    celery_worker, client, settings
+):
+    settings.CRCR_CONFIG_BACKGROUND_BYTES = len(SPYRE) // 2  # the sample, read as large
+    client.force_login(make_user("ada", role="admin"))
+    answer = client.post(
+        "/backends/new/", FORM | {"config": upload(SPYRE), "config_format": "spyre"}
+    )
+    assert answer.status_code == 302
+    submission = wait_for(
+        lambda: ConfigSubmission.objects.filter(status="accepted").first(),
+        what="the worker to import the Spyre config",
+    )
+    assert submission.total == 4  # profile, import, validation, saving
+    version = ConfigVersion.objects.get(backend__slug="spyre")
+    assert "unlisted_test_mode: xfail" in version.yaml_text
+    page = client.get(answer["Location"]).content.decode()
+    assert "imported from Torch Spyre&#x27;s first.yaml" in page
+    assert "What the importer did" in page and "edits.ops.include" in page
