@@ -4,6 +4,8 @@ silent, and the backend is added from the file the admin sent."""
 
 import signal
 
+from django.conf import settings
+
 from crcr_site.celery import app
 from crcr_site.lib import leases
 from selection.models import ConfigSubmission, ConfigVersion
@@ -29,6 +31,7 @@ def test_a_check_whose_worker_was_killed_is_taken_over(transactional_db, broker,
         kind="onboard", text=HUGE, name="first.yaml", config_format="crcr",
         form_data=dict(FORM), requested_by=make_user("ada", role="admin"),
     )  # fmt: skip
+    before = set(settings.CRCR_TORCH_ROOT.glob(".crcr-validate-*.yaml"))
     env = environment(tmp_path, broker)
     first = start_worker(env, "first", log=tmp_path / "first.log")
     second = None
@@ -57,6 +60,10 @@ def test_a_check_whose_worker_was_killed_is_taken_over(transactional_db, broker,
         )
     finally:
         stop(first, second)
+        # The killed worker's scratch copy (configwriter.validate writes it at the tree's
+        # root, so relative paths resolve) outlives it: not this checkout's file to keep.
+        for scratch in set(settings.CRCR_TORCH_ROOT.glob(".crcr-validate-*.yaml")) - before:
+            scratch.unlink()
     assert done.claims == 2 and done.last_failure == leases.WORKER_STOPPED
     version = ConfigVersion.objects.get(backend__slug="spyre")
     assert version.yaml_text == HUGE and done.result == version
