@@ -328,6 +328,9 @@ CRCR_DISABLED_TESTS_FILE = env_str("CRCR_DISABLED_TESTS_FILE")
 CRCR_QUARANTINE_FLAKY_RUNS = env_int("CRCR_QUARANTINE_FLAKY_RUNS", 2, minimum=1)
 CRCR_QUARANTINE_WINDOW = env_int("CRCR_QUARANTINE_WINDOW", 10, minimum=1)
 CRCR_DISPATCH_MAX_BYTES = env_int("CRCR_DISPATCH_MAX_BYTES", 256 * 1024, minimum=1024)
+# A config file larger than this, submitted on a page (onboarding), is checked on a worker
+# while its page shows the steps: validation costs ~0.6 s a megabyte (selection/submissions.py).
+CRCR_CONFIG_BACKGROUND_BYTES = env_int("CRCR_CONFIG_BACKGROUND_BYTES", 1024 * 1024, minimum=0)
 # A HUD callback still undelivered this long after it was written is given up (rejected,
 # with the reason): the relay keeps a dispatch's state for 3 days (CRCR_STATUS_TTL) and
 # refuses callbacks it no longer knows, so retrying longer only adds noise; a relay down

@@ -230,3 +230,12 @@ class OnboardingForm(forms.ModelForm):
 
     def profile(self) -> dict[str, object]:
         return {name: self.cleaned_data[name] for name in self.Meta.fields}
+
+    @classmethod
+    def as_submitted(cls, profile: dict[str, object], config_format: str) -> "OnboardingForm":
+        """The form as an admin sent it, bound again but for its file (a browser never
+        fills a file input): the page of a refused check shows it with the problems."""
+        form = cls(profile | {"config_format": config_format})
+        form.is_valid()
+        form.errors.pop("config", None)  # "required": the file was sent, and checked
+        return form

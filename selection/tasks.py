@@ -1,15 +1,16 @@
 """Celery tasks of the selection pipeline: thin adapters over the named modules.
 
 Route them to the `device` queue (crcr_site.celery task_routes): stage 4 and enabling an operator run tests on the
-backend's device, and the capture and embeddings import torch (never in the web).
+backend's device, and the capture and embeddings import torch (never in the web). The check
+of a large submitted config runs on `default`: it needs the PyTorch tree, not the device.
 """
 
 from celery import Task, shared_task
 from django.conf import settings
 
 from crcr_site.lib import enqueue, leases
-from selection import enabling, pipeline
-from selection.models import SelectionRun
+from selection import enabling, pipeline, submissions
+from selection.models import ConfigSubmission, SelectionRun
 
 
 @shared_task(time_limit=6 * 3600)
@@ -27,6 +28,12 @@ def enable_operator(run_id: int) -> None:
         enabling.enable_operator(run.backend, run.argument, run=run)
 
 
+@shared_task(time_limit=15 * 60)
+def check_submission(submission_id: int) -> None:
+    """Check a config submitted on a page; a redelivered task finds it claimed and stops."""
+    submissions.check(ConfigSubmission.objects.get(pk=submission_id))
+
+
 def _task_of(run: SelectionRun) -> Task | None:
     """The task that runs a selection run of this kind (an upgrade runs in its command)."""
     return {
@@ -41,11 +48,18 @@ def _give_up(run: SelectionRun, reason: str) -> None:
 
 
 @shared_task(time_limit=60)
-def resend_lost_work() -> list[int]:
-    """Beat: selection runs whose worker died are taken over (or given up once their
-    attempts are spent); those whose message was lost are sent again."""
-    return leases.sweep(
+def resend_lost_work() -> dict[str, list[int]]:
+    """Beat: selection runs and config checks whose worker died are taken over (or given
+    up once their attempts are spent); those whose message was lost are sent again."""
+    lost = settings.CRCR_LOST_WORK_SECONDS
+    runs = leases.sweep(
         SelectionRun, SelectionRun.Status.QUEUED, SelectionRun.Status.RUNNING,
         resend=_task_of, give_up=_give_up,
-        lost_before=enqueue.lost_before(run_selection, settings.CRCR_LOST_WORK_SECONDS),
+        lost_before=enqueue.lost_before(run_selection, lost),
     )  # fmt: skip
+    checks = leases.sweep(
+        ConfigSubmission, ConfigSubmission.Status.QUEUED, ConfigSubmission.Status.RUNNING,
+        resend=lambda submission: check_submission, give_up=submissions.give_up,
+        lost_before=enqueue.lost_before(check_submission, lost),
+    )  # fmt: skip
+    return {"runs": runs, "submissions": checks}

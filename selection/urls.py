@@ -1,6 +1,6 @@
 from django.urls import path
 
-from selection.views import configpage, configprs, onboarding, pipeline, review
+from selection.views import configpage, configprs, onboarding, pipeline, review, submissions
 
 app_name = "selection"
 urlpatterns = [
@@ -37,6 +37,11 @@ urlpatterns = [
         name="configversion_patch",
     ),
     path("backends/new/", onboarding.backend_create, name="backend_create"),
+    path(
+        "config-work/<uuid:uuid>/",
+        submissions.configsubmission_detail,
+        name="configsubmission_detail",
+    ),
     path("configs/<slug:slug>/", configpage.backendconfig_detail, name="backendconfig_detail"),
     path(
         "configs/<slug:slug>/v<int:number>/",

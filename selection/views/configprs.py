@@ -12,14 +12,14 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from crcr_site.lib.access import reviewer_required
 from runs.models import Backend
-from selection import configdiff, configprs
+from selection import configdiff, configprs, submissions
 from selection.forms import (
     ConfigApprovalForm,
     ConfigCommentForm,
     ConfigRevisionForm,
     OpenChangeForm,
 )
-from selection.models import ConfigChange, ConfigVersion
+from selection.models import ConfigChange, ConfigSubmission, ConfigVersion
 from selection.views.configpage import diff_view
 
 OPEN_FROM_THE_QUEUE = (
@@ -52,6 +52,11 @@ def configchange_create(request: HttpRequest) -> HttpResponse:
     if not form.is_valid():
         return HttpResponseBadRequest(form.errors.as_text())
     backend = get_object_or_404(Backend, slug=form.cleaned_data["backend"])
+    if submissions.latest_is_large(backend):
+        work = submissions.start(
+            ConfigSubmission.Kind.OPEN_PR, {"backend": backend.slug}, request.user
+        )
+        return redirect("selection:configsubmission_detail", uuid=work.uuid)
     try:
         change = configprs.open_change(backend, request.user)
     except configprs.ChangeError as error:
@@ -143,6 +148,10 @@ def configchange_merge(request: HttpRequest, uuid: str) -> HttpResponse:
 @reviewer_required
 def configchange_rebase(request: HttpRequest, uuid: str) -> HttpResponse:
     change, back = _act(request, uuid)
+    if submissions.latest_is_large(change.backend):
+        data = {"backend": change.backend.slug, "change": str(change.uuid)}
+        work = submissions.start(ConfigSubmission.Kind.REBASE_PR, data, request.user)
+        return redirect("selection:configsubmission_detail", uuid=work.uuid)
     try:
         conflicts = configprs.rebase(change, request.user)
     except configprs.ChangeError as error:

@@ -1,7 +1,7 @@
 """Long work never holds a request, on the embedded default too (no broker).
 
-Each of the five actions that start long work (build a bundle, re-run a bundle,
-bisect, enable an operator, start a run) records its row, answers at once and
+Each of the six actions that start long work (build a bundle, re-run a bundle,
+bisect, enable an operator, start a run, add a backend from a large config file) records its row, answers at once and
 lands on a page that polls the work's live status; the work runs afterwards on
 the web process's background thread (`crcr_site.lib.enqueue`). To know that the
 answer came first, each test holds that thread with work queued before the
@@ -20,11 +20,13 @@ from crcr_site.lib import enqueue
 from demo.localgit import PyTorchShapedRepo
 from reproducibility import bundles, capture
 from reproducibility.models import Bisection, Bundle, Rerun
-from runs.models import Run
-from selection.models import OpUsage, SelectionRun
+from runs.models import Backend, Run
+from selection.models import ConfigSubmission, OpUsage, SelectionRun
 from tests.factories import make_backend, make_config, make_user
 from tests.reproducibility.builders import MISMATCH, PASSING, add_result, make_run
 from tests.reproducibility.test_rerun import tamper
+from tests.selection.test_onboarding import FORM, upload
+from tests.selection.test_onboarding_large import BROKEN, LARGE
 from tests.selection.test_review_browser import sign_in
 from tests.waiting import wait_for
 
@@ -187,3 +189,60 @@ def test_a_reviewer_enables_an_operator_and_its_page_follows_it_without_a_reload
     expect(status).to_have_text(re.compile("^(done|failed)$"), timeout=60_000)
     expect(page.locator("#status")).not_to_have_attribute("hx-trigger", "every 2s")
     assert page.evaluate("window.notReloaded") is True
+
+
+def test_adding_a_backend_from_a_large_file_answers_before_the_check(held, client):
+    client.force_login(make_user("ada", role="admin"))
+
+    response = client.post(
+        reverse("selection:backend_create"),
+        FORM | {"config": upload(LARGE), "config_format": "crcr"},
+    )
+
+    submission = ConfigSubmission.objects.get()
+    assert response["Location"] == reverse(
+        "selection:configsubmission_detail", args=[submission.uuid]
+    )
+    assert submission.status == ConfigSubmission.Status.QUEUED and not Backend.objects.exists()
+    page = client.get(response["Location"]).content.decode()
+    assert '<strong class="status-queued">waiting for a worker</strong>' in page and POLLS in page
+    held.set()
+    wait_for(lambda: Backend.objects.filter(slug="spyre").exists(), what="the check")
+    # The outcome is a page of its own (the new backend, or the form with the problems):
+    # the poll that sees the check ended has htmx load it.
+    assert polled(client, response["Location"])["HX-Refresh"] == "true"
+    done = client.get(response["Location"]).content.decode()
+    assert "Backend <code>spyre</code> created with config v1" in done
+
+
+@pytest.mark.parametrize("width", [1440, 1024])
+def test_an_admin_uploads_a_large_broken_file_and_its_page_follows_the_check(
+    page, held, width, tmp_path
+):
+    make_user("ada", role="admin")
+    page.set_viewport_size({"width": width, "height": 800})
+    sign_in(page, "ada")
+    page.goto(reverse("selection:backend_create"))
+    for label, value in [("Slug", "spyre"), ("Repository", "torch-spyre/torch-spyre"),
+                         ("Device module", "torch_spyre")]:  # fmt: skip
+        page.get_by_label(label).fill(value)
+    page.get_by_label("Name", exact=True).fill("IBM Spyre")
+    large = tmp_path / "large.yaml"
+    large.write_text(BROKEN)
+    page.get_by_label("First config file").set_input_files(str(large))
+
+    page.get_by_role("button", name="Add the backend").click()
+
+    expect(page.locator("#status strong")).to_have_text("waiting for a worker")
+    expect(page.locator("#status progress")).to_be_visible()
+    assert page.evaluate("document.documentElement.scrollWidth") <= width
+    if width == 1024:
+        page.screenshot(path=str(tmp_path.parent / "large-config-check-1024.png"), full_page=True)
+    held.set()
+    error = page.get_by_role("alert").filter(has_text="test_missing.py' matches no file")
+    expect(error).to_be_visible(timeout=120_000)
+    assert page.get_by_label("Slug").input_value() == "spyre"
+    assert page.evaluate("document.documentElement.scrollWidth") <= width
+    if width == 1024:
+        page.screenshot(path=str(tmp_path.parent / "large-config-refused-1024.png"), full_page=True)
+    assert not Backend.objects.exists()

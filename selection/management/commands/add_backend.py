@@ -4,6 +4,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from runs.models import Backend
 from selection import onboarding
+from selection.progress import Bar
 
 
 class Command(BaseCommand):
@@ -57,13 +58,18 @@ class Command(BaseCommand):
             "relay_sender": options["relay_sender"],
             "relay_token": options["relay_token"],
         }
+        bar = Bar()
         try:
-            done = onboarding.add_backend(profile, text, path.name, str(options["config_format"]))
+            done = onboarding.add_backend(
+                profile, text, path.name, str(options["config_format"]), progress=bar
+            )
         except onboarding.OnboardingError as error:
             lines = [
                 f"{field}: {text}" for field, texts in error.problems.items() for text in texts
             ]
             raise CommandError("nothing was saved:\n" + "\n".join(lines)) from None
+        finally:
+            bar.close()
         if done.report is not None:
             self.stdout.write(done.report.text())
         self.stdout.write(
