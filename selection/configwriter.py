@@ -22,7 +22,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -404,13 +403,9 @@ def _copied(suite: Any, key: str, lines: list[str]) -> list[str]:
 
 
 def validate(text: str, tree: Path) -> Any:
-    """Load the text with the reuse framework's strict loader; ConfigError names problems."""
-    from crcr_reuse.loader import load_configs
+    """Load the text with the reuse framework's strict loader as a config at the tree's root
+    (relative `path`s are from there), writing nothing; ConfigError names problems."""
+    from crcr_reuse.loader import load_text
+    from crcr_reuse.merge import merge_configs
 
-    # Relative `path`s are relative to the config's folder: place it at the tree root.
-    with tempfile.NamedTemporaryFile(
-        "w", suffix=".yaml", prefix=".crcr-validate-", dir=tree, delete=True
-    ) as handle:
-        handle.write(text)
-        handle.flush()
-        return load_configs([handle.name], {"TORCH_ROOT": str(tree)})
+    return merge_configs([load_text(text, "config.yaml", {"TORCH_ROOT": str(tree)}, tree)])

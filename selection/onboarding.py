@@ -139,7 +139,7 @@ def _steps(config_format: str, progress: Progress | None) -> Callable[[str], Non
 
 
 def _located(error: ConfigError, name: str) -> str:
-    """The loader's problems, each at `name:line:column` (it validated a scratch copy)."""
+    """The loader's problems, each at `name:line:column` of the file as it was sent."""
     return "\n".join(
         f"{name}:{pos.line}:{pos.column}: {message}" for pos, message in error.problems
     )

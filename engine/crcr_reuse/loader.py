@@ -23,6 +23,7 @@ from .labels import read_labels, resolve_labels
 from .schema import (
     MODES,
     NAME_FORM,
+    SPYRE_ONLY,
     TAG_FORM,
     TOKENS,
     Config,
@@ -46,12 +47,6 @@ from .yaml_limits import YamlLimitError, check
 TOKEN = re.compile(r"\$\{([^}]*)\}")
 FILE_KEYS = "path unlisted_test_mode bypass_device_restrictions labels tests description".split()  # noqa: SIM905
 TEST_KEYS = "names mode tags labels no_grad edits bypass_device_restrictions description".split()  # noqa: SIM905
-# Fields of torch-spyre's configs (same schema family) that crcr does not implement.
-SPYRE_ONLY = {
-    "input_config": "torch-spyre's input generation settings",
-    "sample_inputs_func": "torch-spyre's model-op sample inputs",
-    "cases": "torch-spyre's model-op cases",
-}
 
 
 class ConfigError(Exception):
@@ -85,12 +80,20 @@ def load_config(path: str | os.PathLike[str], tokens: Mapping[str, str] | None =
     source = str(path)
     try:
         text = Path(path).read_text()
-        check(text, source)  # within the limits before anything expands an alias
     except OSError as error:
         raise ConfigError([(Pos(source, 1, 1), f"cannot read config: {error.strerror}")]) from error
+    return load_text(text, source, tokens)
+
+
+def load_text(
+    text: str, source: str, tokens: Mapping[str, str] | None = None, base: Path | None = None
+) -> Config:
+    """A config from `text`, its problems at `source`; relative paths from `base` or its folder."""
+    try:
+        check(text, source)  # within the limits before anything expands an alias
     except YamlLimitError as error:
         raise ConfigError([(error.pos, error.message)]) from None
-    reader = _Reader(source, text, token_values(tokens))
+    reader = _Reader(source, text, token_values(tokens), base)
     config = reader.read()
     if reader.problems:
         raise ConfigError(reader.problems)
@@ -108,13 +111,13 @@ def token_values(overrides: Mapping[str, str] | None = None) -> dict[str, str]:
 class _Reader:
     """Walks one YAML document, building schema objects and collecting problems."""
 
-    def __init__(self, source: str, text: str, tokens: dict[str, str]):
+    def __init__(self, source: str, text: str, tokens: dict[str, str], base: Path | None):
         self.source = source
         self.lines = text.splitlines()
         self.text = text
         self.tokens = tokens
         self.problems: list[tuple[Pos, str]] = []
-        self.base = Path(source).resolve().parent
+        self.base = base or Path(source).resolve().parent
 
     def pos(self, node: yaml.Node) -> Pos:
         return Pos(self.source, node.start_mark.line + 1, node.start_mark.column + 1)

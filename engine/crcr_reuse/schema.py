@@ -274,3 +274,11 @@ def is_regex(text: str) -> bool:
 def marker_safe(text: str) -> str:
     """A marker-name spelling of an op, dtype or module name ("nn.Linear" -> "nn_Linear")."""
     return re.sub(r"\W", "_", text)
+
+
+# Fields of torch-spyre's configs (same schema family) that crcr does not implement.
+SPYRE_ONLY = {
+    "input_config": "torch-spyre's input generation settings",
+    "sample_inputs_func": "torch-spyre's model-op sample inputs",
+    "cases": "torch-spyre's model-op cases",
+}
