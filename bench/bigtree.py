@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from crcr_reuse.launcher import PytestRun, TestEnvironment  # noqa: E402
+from crcr_reuse.launcher import PytestRun, TestEnvironment, collected_ids  # noqa: E402
 
 SOURCE = ROOT / "tests" / "upstream"
 # Beside test/: the files pytest and the reference device read (the tree's own pytest
@@ -159,7 +159,7 @@ def collect(pytest: PytestRun) -> Collected:
     found = COLLECTED.search(text[-2000:])
     if os.waitstatus_to_exitcode(status) != 0 or not found:
         raise SystemExit(f"collection failed:\n{text[-3000:]}")
-    ids = [line for line in text.splitlines() if "::" in line and " " not in line]
+    ids = collected_ids(text)  # every id, spaces and brackets included
     cpu = usage.ru_utime + usage.ru_stime
     return Collected(ids, int(found.group(1)), seconds, cpu, usage.ru_maxrss / 1024)
 
