@@ -308,6 +308,10 @@ CRCR_MAX_SHARD_SECONDS = env_int("CRCR_MAX_SHARD_SECONDS", 1800, minimum=1)
 # Whole-shard and single-test limits; a test silent for CRCR_TEST_TIMEOUT is a hang.
 CRCR_SHARD_TIMEOUT = env_int("CRCR_SHARD_TIMEOUT", 2 * CRCR_MAX_SHARD_SECONDS, minimum=1)
 CRCR_TEST_TIMEOUT = env_int("CRCR_TEST_TIMEOUT", 300, minimum=1)
+# A test process that writes nothing (output or progress) for this long while no test runs
+# (importing, collecting, loading the device, between tests) is killed and its shard retried
+# as infrastructure. A running test's silence is CRCR_TEST_TIMEOUT's alone: no overlap.
+CRCR_QUIET_TIMEOUT = env_int("CRCR_QUIET_TIMEOUT", 300, minimum=1)
 # An unacknowledged task returns to the queue after this long (Redis): longer
 # than any shard, so a slow shard is never handed out twice while it runs.
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": CRCR_SHARD_TIMEOUT + 3600}

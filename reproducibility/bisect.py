@@ -245,7 +245,7 @@ def test_commit(bisection: Bisection, index: int) -> dict[str, Any]:
                 pytest=PytestRun(environment.with_variables(TMPDIR=str(workdir / "tmp")),
                                  tree, configs=[config]),
                 timeout=settings.CRCR_SHARD_TIMEOUT, test_timeout=settings.CRCR_TEST_TIMEOUT,
-                max_attempts=1,
+                quiet_timeout=settings.CRCR_QUIET_TIMEOUT, max_attempts=1,
             )  # fmt: skip
             records = Executor(spec, lambda record: False).run()
     except artifacts.ArtifactError as error:

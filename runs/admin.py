@@ -65,6 +65,7 @@ class BackendAdmin(admin.ModelAdmin):
         "slug",
         "device_module",
         "repository",
+        "participation",
         "relay_mode",
         "relay_sender",
         "webhook_secret_set",

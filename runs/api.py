@@ -55,11 +55,15 @@ def _token(request: Request) -> ApiToken:
 
 
 def _answer(received: intake.Received) -> Response:
-    """202 with the dispatch's URL for new work; 200 with the same record for a redelivery."""
+    """202 with the dispatch's URL for new work; 200 with the record for a redelivery, and
+    for a dispatch the backend refused (its verdict `rejected` and the reason): nothing
+    was queued. Not a 4xx: the forwarding workflow would fail on one for every pull
+    request, and the bridge already ends quietly on a rejected verdict."""
     # A new dispatch has no runs yet: the gate has not seen it.
     context: dict[str, list[str]] = {"runs": []} if received.created else {}
     body = DispatchOutSerializer(received.dispatch, context=context).data
-    code = status.HTTP_202_ACCEPTED if received.created else status.HTTP_200_OK
+    queued = received.created and received.dispatch.verdict == Dispatch.Verdict.PENDING
+    code = status.HTTP_202_ACCEPTED if queued else status.HTTP_200_OK
     return Response(body, status=code, headers={"Location": body["url"]})
 
 

@@ -11,6 +11,9 @@ Steps:
    never finished is the culprit: it is re-run alone to confirm, then recorded
    as `crashed` / `timed_out`; the ids not reported yet go to a fresh process
    and the loop continues until every id has an outcome;
+   a process silent while no test runs (`quiet_timeout`: nothing on its output and
+   nothing in its progress log; stuck importing, collecting, loading the device, or
+   between two tests) is killed and raises `ProcessSilent`: no test is to blame;
 3. each failure the caller wants retried is re-run alone in a fresh process up
    to `max_attempts` in all: a pass then makes the test flaky.
 """
@@ -39,11 +42,20 @@ WATCH_INTERVAL = 0.5
 # A process run for one test still imports torch's test machinery first (~10 s, far
 # more on a loaded host); the hang watchdog, not this allowance, bounds the test.
 STARTUP_SECONDS = 300
+# What ended a process that did not end by itself.
+SHARD_TIMEOUT, HUNG, SILENT = "shard timeout", "test hung", "silent"
+SILENT_TAIL_BYTES = 16_000
 
 
 class ProcessFailed(Exception):
     """pytest itself failed before running any test (a broken plugin, a bad argument,
     a device that does not load): an infrastructure failure, not the tests'."""
+
+
+class ProcessSilent(ProcessFailed):
+    """A test process wrote nothing for the quiet limit while no test was running, and was
+    killed: infrastructure (a hung import or collection, a deadlocked device driver, a dead
+    plugin), not a test's verdict. The message ends with the process's last output."""
 
 
 @dataclass
@@ -70,6 +82,9 @@ class ShardSpec:
     pytest: PytestRun
     timeout: float = 1800
     test_timeout: float = 300
+    # Silence with no test running: the per-test limit judges a test's silence, this one
+    # every other (the two never judge the same silence, so neither must exceed the other).
+    quiet_timeout: float = 300
     max_attempts: int = 3
 
 
@@ -146,43 +161,85 @@ class Executor:
         ids_file.write_text("".join(f"{node_id}\n" for node_id in ids))
         log = self.spec.workdir / f"{tag}.log"
         process = replace(self.spec.pytest, ids=ids_file, progress=progress, junit=junit).start(log)
-        exit_code, timed_out = self._watch(process, progress, timeout)
+        exit_code, ended_by = self._watch(process, log, progress, timeout)
+        timed_out = ended_by is not None
         ended = not timed_out and exit_code is not None and exit_code >= 0
         reported = read_progress(progress, ended=ended)
         if ended and exit_code in EXIT_OK:
             check_junit(junit, reported.records.values())
         tail = log.read_bytes()[-4000:].decode(errors="replace")
+        if ended_by == SILENT:
+            # More of it: the threads' stacks it wrote on its way out say where it was stuck.
+            stacks = log.read_bytes()[-SILENT_TAIL_BYTES:].decode(errors="replace")
+            raise ProcessSilent(_silence_message(self.spec.quiet_timeout, tag, stacks))
         if not reported.started and not timed_out and exit_code not in (0, 5):
             raise ProcessFailed(f"pytest exited with status {exit_code} before any test:\n{tail}")
         return ProcessResult(reported, exit_code, timed_out, tail)
 
     def _watch(
-        self, process: subprocess.Popen[bytes], progress: Path, timeout: float
-    ) -> tuple[int | None, bool]:
-        """Wait for the process; kill it when the shard or one test runs too long."""
+        self, process: subprocess.Popen[bytes], log: Path, progress: Path, timeout: float
+    ) -> tuple[int | None, str | None]:
+        """Wait for the process; kill it when the shard runs too long, a test hangs or the
+        process goes silent. Returns its exit status, and what ended it (None: it ended)."""
+        started = time.time()
         deadline = time.monotonic() + timeout
         while True:
             try:
-                return process.wait(timeout=WATCH_INTERVAL), False
+                return process.wait(timeout=WATCH_INTERVAL), None
             except subprocess.TimeoutExpired:
                 pass
-            if time.monotonic() > deadline or _test_hangs(progress, self.spec.test_timeout):
+            ended_by = (
+                SHARD_TIMEOUT
+                if time.monotonic() > deadline
+                else self._silence(started, log, progress)
+            )
+            if ended_by == SILENT:
+                launcher.kill_with_stacks(process)  # where it is stuck, in its log
+            elif ended_by is not None:
                 launcher.kill(process)
-                return None, True
+            if ended_by is not None:
+                return None, ended_by
+
+    def _silence(self, started: float, log: Path, progress: Path) -> str | None:
+        """HUNG when a test started and its progress log stayed silent for the per-test
+        limit; SILENT when no test is running and neither the output nor the progress log
+        changed for the quiet limit; else None."""
+        now = time.time()
+        progress_quiet = now - max(started, _mtime(progress))
+        if progress_quiet < min(self.spec.test_timeout, self.spec.quiet_timeout):
+            return None
+        if _test_running(progress):
+            return HUNG if progress_quiet >= self.spec.test_timeout else None
+        quiet = now - max(started, _mtime(progress), _mtime(log))
+        return SILENT if quiet >= self.spec.quiet_timeout else None
 
 
-def _test_hangs(progress: Path, limit: float) -> bool:
-    """The last line is a test's start and nothing was written for `limit` seconds."""
+def _mtime(path: Path) -> float:
     try:
-        quiet = time.time() - progress.stat().st_mtime
-        if quiet < limit:
-            return False
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+def _test_running(progress: Path) -> bool:
+    """The progress log's last line is a test's start: that test is running."""
+    try:
         with progress.open("rb") as stream:
             stream.seek(max(0, progress.stat().st_size - 4096))
             last = stream.read().splitlines()[-1]
     except (OSError, IndexError):
         return False
     return b'"event": "start"' in last
+
+
+def _silence_message(limit: float, tag: str, tail: str) -> str:
+    """What the shard's record says of a silent process: the limit, then the end of its
+    output (its threads' stacks first among them: where it was stuck)."""
+    return (
+        f"the test process printed nothing for {limit:g} s outside any test "
+        f"(CRCR_QUIET_TIMEOUT) and was killed; the end of its output ({tag}.log):\n"
+        f"{tail.strip() or '(it printed nothing)'}"
+    )
 
 
 def _crash_message(process: ProcessResult) -> str:

@@ -4,7 +4,9 @@ Steps for a CRCR dispatch or a GitHub webhook:
 1. refuse a body over the size limit (413) or one that is not a JSON object (400);
 2. validate it against the CRCR schema (400 naming every bad field);
 3. store it raw under (backend, delivery_id); a redelivery finds the first row;
-4. after commit, enqueue the gate for a new row only.
+4. after commit, enqueue the gate for a new row only; a row of a kind the backend does
+   not take (a pull request for a nightly-only backend) is stored rejected, with the
+   reason, and never gated.
 """
 
 import hashlib
@@ -146,6 +148,11 @@ def receive(backend: Backend, body: dict[str, Any], raw: bytes, source: str) -> 
         raise IntakeError(400, flatten_errors(serializer.errors))
     data = serializer.validated_data
     fields = Dispatch.fields_from_payload(data["event_type"], data["payload"])
+    # A kind the backend does not take is stored with the reason and never gated.
+    kind = Dispatch.kind_of(data["event_type"], fields["base_ref"])
+    refusal = backend.refusal(kind, fields["base_ref"])
+    if refusal:
+        fields.update(verdict=Dispatch.Verdict.REJECTED, verdict_reason=refusal)
     # Concurrency guard: the unique (backend, delivery_id) constraint decides which
     # of several concurrent deliveries stores the row. Outside a transaction the
     # INSERT commits on its own (no BEGIN/COMMIT round trips on the hot path);
@@ -173,6 +180,8 @@ def receive(backend: Backend, body: dict[str, Any], raw: bytes, source: str) -> 
         if existing is None:
             raise
         return Received(existing, created=False)
+    if refusal:
+        return Received(dispatch, created=True)
     from runs.tasks import gate_dispatch
 
     # The stored row is the record: with the broker down, the sweep gates it later.

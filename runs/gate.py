@@ -4,7 +4,8 @@ Default policy, as an accelerator team runs it: build PRs merged into `main` or
 the tracked `release/X.Y`; "merged" means `action == closed` and the `Merged`
 label (PyTorch merges with a bot, so `pull_request.merged` is unreliable); a
 closed PR without the label is re-checked upstream after a delay before it is
-rejected for good; other actions are recorded, not built; pushes are not built.
+rejected for good; other actions are recorded, not built; pushes are not built, but
+a nightly-only backend builds a nightly dispatch's source commit.
 The SHA built for a merged PR is the current head of its base branch.
 """
 
@@ -17,7 +18,7 @@ from django.utils import timezone
 from runs import triggers
 from runs.combinations import CombinationError
 from runs.models import Backend, Dispatch, Trigger
-from runs.upstream import Resolver, get_resolver
+from runs.upstream import Resolver, UpstreamError, get_resolver, nightly_source
 
 V = Dispatch.Verdict
 
@@ -91,12 +92,30 @@ def _decide_push(policy: Policy, dispatch: Dispatch) -> Decision:
     ref = dispatch.base_ref
     if dispatch.payload.get("deleted"):
         return Decision(V.RECORDED, f"push deleted {ref}: nothing to build")
+    if dispatch.kind == "nightly" and dispatch.backend.nightly_only:
+        return _decide_nightly(dispatch)
     if not policy.build_pushes:
         return Decision(V.RECORDED, "pushes are not built by this backend's policy")
     branch = ref.removeprefix("refs/heads/")
     if not ref.startswith("refs/heads/") or branch not in policy.push_branches:
         return Decision(V.RECORDED, f"push to {ref} is not on a built branch")
     return Decision(V.ACCEPTED, f"push to {branch}", build_sha=dispatch.head_sha)
+
+
+def _decide_nightly(dispatch: Dispatch) -> Decision:
+    """A nightly-only backend builds each nightly dispatch: the source commit its nightly
+    commit names (as the beat's nightly does)."""
+    head = dispatch.head_sha
+    message = (dispatch.payload.get("head_commit") or {}).get("message") or ""
+    try:
+        source = nightly_source(head, str(message))
+    except UpstreamError as error:
+        return Decision(V.REJECTED, f"nightly not built: {error}")
+    if triggers.nightly_built(dispatch.backend, source):
+        return Decision(V.RECORDED, f"nightly {head[:12]}: its source {source[:12]} is built")
+    return Decision(
+        V.ACCEPTED, f"nightly {head[:12]}: building its source commit", build_sha=source
+    )
 
 
 def gate(dispatch_id: int, resolver: Resolver | None = None) -> Dispatch:

@@ -19,6 +19,7 @@ from django.utils.safestring import SafeString, mark_safe
 
 from crcr_site.lib.ranking import first_of_each
 from runs import charts
+from runs.hud_grid import nightly_only, shown
 from runs.models import Failure, Run, Trigger
 from runs.models.results import final_counts, summary
 from runs.models.runs import attribution
@@ -45,7 +46,7 @@ def section(job: str, state: str) -> SafeString:
 
 
 def _finished_runs(job: str) -> QuerySet[Run]:
-    runs = Run.objects.filter(status__in=Run.FINISHED)
+    runs = shown(Run.objects.filter(status__in=Run.FINISHED), nightly_only())
     return runs.filter(job_name__icontains=job) if job else runs
 
 

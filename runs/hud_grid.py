@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from html import escape
 from statistics import median
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 from uuid import UUID
 
 from django.core.cache import cache
@@ -48,7 +48,7 @@ from django.urls import reverse
 
 from runs.combinations import RERUN_SUFFIX
 from runs.hud_commits import CACHED_FACTS, Commit, add_facts
-from runs.models import Failure, Run, TestResult
+from runs.models import Backend, Failure, Run, TestResult
 from runs.models.results import final_counts, summary
 from runs.models.runs import attribution
 
@@ -197,6 +197,7 @@ class Grid:
     # that table when it was found there (`commits` and `jobs` are then left empty).
     table_key: str = ""
     table: tuple[str, str, str] | None = None
+    nightly_only: list[str] = field(default_factory=list)  # backends' slugs
 
     @property
     def groups(self) -> list[tuple[str, int]]:
@@ -210,9 +211,27 @@ class Grid:
         return groups
 
 
-def matching_runs(job: str = "") -> QuerySet[Run]:
+def nightly_only() -> list[str]:
+    """The slugs of the backends that take nightly and release dispatches only."""
+    backends = Backend.objects.filter(participation=Backend.Participation.NIGHTLY)
+    return list(backends.order_by("slug").values_list("slug", flat=True))
+
+
+Runs = TypeVar("Runs", bound=QuerySet[Any, Any])
+
+
+def shown(runs: Runs, hidden_for: list[str]) -> Runs:
+    """`runs` less the pull requests' runs of the nightly-only backends `hidden_for` (made
+    before they became nightly-only: they take no pull request since), so the HUD and its
+    summaries show those backends' nightly and release commits alone."""
+    if not hidden_for:
+        return runs  # no join where no backend is nightly-only (bench/pages_at_scale.py)
+    return runs.exclude(backend__slug__in=hidden_for, trigger__dispatch__event_type="pull_request")
+
+
+def matching_runs(job: str = "", hidden_for: list[str] | None = None) -> QuerySet[Run]:
     runs = Run.objects.alias(hud_job=HUD_JOB)
-    return runs.filter(hud_job__icontains=job) if job else runs
+    return shown(runs.filter(hud_job__icontains=job) if job else runs, hidden_for or [])
 
 
 def red_cells(runs: QuerySet[Run]) -> QuerySet[Run]:
@@ -236,8 +255,9 @@ def red_cells(runs: QuerySet[Run]) -> QuerySet[Run]:
 
 def build(job: str = "", failures_only: bool = False, page: int = 1) -> Grid:
     """The page's commits, newest first, and their cells, under the filters."""
-    runs = matching_runs(job)
-    now = state(job)
+    hidden_for = nightly_only()
+    runs = matching_runs(job, hidden_for)
+    now = state(job, hidden_for)
     listed = f"hud-page:{CELLS_FORMAT}:{now}:{failures_only}:{page}"
     if (found := cache.get(listed)) is None:
         start = (page - 1) * PER_PAGE
@@ -248,7 +268,7 @@ def build(job: str = "", failures_only: bool = False, page: int = 1) -> Grid:
     shas, keys = found
     table_key = f"{listed}:table" if all(sha in keys for sha in shas[:PER_PAGE]) else ""
     if table_key and (table := cache.get(table_key)) is not None:
-        return Grid([], [], page, len(shas) > PER_PAGE, now, table_key, table)
+        return Grid([], [], page, len(shas) > PER_PAGE, now, table_key, table, hidden_for)
     rows = {sha: Commit(sha) for sha in shas[:PER_PAGE]}
     kept = cache.get_many(list(keys.values())) if keys else {}
     made = {}
@@ -259,7 +279,7 @@ def build(job: str = "", failures_only: bool = False, page: int = 1) -> Grid:
                 setattr(commit, name, value)
         else:
             made[sha] = commit
-    for sha, cells in _cells(job, list(made)).items():
+    for sha, cells in _cells(job, list(made), hidden_for).items():
         made[sha].cells = cells
     add_facts(made)
     settled = {
@@ -275,23 +295,28 @@ def build(job: str = "", failures_only: bool = False, page: int = 1) -> Grid:
     ordered = sorted(jobs.values(), key=lambda j: (j.backend, j.name != j.backend, j.name))
     for commit in rows.values():
         commit.row = [commit.cells.get(j.name) for j in ordered]
-    return Grid(list(rows.values()), ordered, page, len(shas) > PER_PAGE, now, table_key)
+    return Grid(
+        list(rows.values()), ordered, page, len(shas) > PER_PAGE, now, table_key,
+        nightly_only=hidden_for,
+    )  # fmt: skip
 
 
 GENERATION = "hud-generation"
 
 
-def state(job: str = "") -> str:
+def state(job: str = "", hidden_for: list[str] | None = None) -> str:
     """The state of the runs whose HUD job contains `job`, read from indexes: the runs not
     finished (how many, the last), the last run, the last end, and the cache's generation,
     bumped when a run is deleted (`forget_runs`). A run that finishes changes the first
     and ends last; a run added is the last run. (A run made by a transaction that took its
     id before another's and committed after it, and made finished, would be missed:
     crcr makes a run queued and finishes it later.)"""
-    runs = matching_runs(job).order_by()
+    runs = matching_runs(job, hidden_for).order_by()
     unfinished = runs.exclude(status__in=Run.FINISHED).aggregate(n=Count("pk"), last=Max("pk"))
     every = runs.aggregate(last=Max("pk"), ended=Max("finished_at"))
-    chosen = hashlib.sha256(job.encode()).hexdigest()[:16]
+    # The filter and the nightly-only backends chose the runs: a backend turned nightly-only
+    # changes what is shown.
+    chosen = hashlib.sha256(f"{job}:{','.join(hidden_for or [])}".encode()).hexdigest()[:16]
     facts = [cache.get(GENERATION, 0), chosen, *unfinished.values(), *every.values()]
     return ":".join(str(fact).replace(" ", "T") for fact in facts)
 
@@ -324,10 +349,10 @@ def _settled_keys(runs: QuerySet[Run], shas: list[str], job: str) -> dict[str, s
     }
 
 
-def _cells(job: str, shas: list[str]) -> dict[str, dict[str, "Shown"]]:
+def _cells(job: str, shas: list[str], hidden_for: list[str]) -> dict[str, dict[str, "Shown"]]:
     """The cells of the commits `shas` as shown, by commit and HUD job (containing `job`)."""
     cells: dict[str, dict[str, Cell]] = {}
-    for run in _attempts(job, shas):
+    for run in _attempts(job, shas, hidden_for):
         cells.setdefault(run.pytorch_sha, {}).setdefault(run.cell_job, Cell([])).attempts.append(
             run
         )
@@ -390,10 +415,10 @@ def _attempt_rows() -> QuerySet[Run, tuple[Any, ...]]:
 _ATTEMPT_ROWS = _attempt_rows()
 
 
-def _attempts(job: str, shas: list[str]) -> list[Attempt]:
+def _attempts(job: str, shas: list[str], hidden_for: list[str]) -> list[Attempt]:
     """The runs of the commits `shas` whose HUD job contains `job`, oldest first, as
-    `Attempt` rows."""
-    found = _ATTEMPT_ROWS.filter(pytorch_sha__in=shas)
+    `Attempt` rows (less the pull requests' runs of the nightly-only backends)."""
+    found = shown(_ATTEMPT_ROWS, hidden_for).filter(pytorch_sha__in=shas)
     if job:
         found = found.filter(Q(cell_job__icontains=job))
     return [Attempt(*values) for values in found]

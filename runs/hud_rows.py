@@ -16,6 +16,13 @@ from django.utils.text import Truncator
 from runs.hud_commits import Commit
 from runs.hud_grid import CELLS_KEPT_SECONDS, Grid
 
+# After a nightly-only backend's name: it takes nightly and release dispatches alone, so
+# its columns hold no pull request's run.
+NIGHTLY_ONLY = (
+    ' <small class="nightly-only" title="takes nightly and release dispatches only: '
+    'no pull request is run for it">nightly only</small>'
+)
+
 
 def table(grid: Grid) -> tuple[SafeString, SafeString, SafeString]:
     """The grid's header, rows and footer: as kept when the grid was found in the cache,
@@ -38,7 +45,8 @@ def rows(commits: list[Commit]) -> SafeString:
 def head(grid: Grid) -> SafeString:
     """The header's two rows: the backends over their jobs, then each job's label."""
     backends = "".join(
-        f'<th colspan="{size}" class="backend" scope="colgroup"><span>{escape(name)}</span></th>'
+        f'<th colspan="{size}" class="backend" scope="colgroup"><span>{escape(name)}'
+        f"{NIGHTLY_ONLY if name in grid.nightly_only else ''}</span></th>"
         for name, size in grid.groups
     )
     jobs = "".join(

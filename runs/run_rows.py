@@ -68,12 +68,25 @@ def _shard(shard: Any) -> str:
             f'<progress value="{shard.tests_done}" max="{shard.test_count}"></progress>'
         )
     if shard.error:
-        status += f": {escape(Truncator(shard.error).chars(200))}"
+        status += _error(shard.error)
     return (
         f"<tr><td>{shard.index}</td><td>{shard.test_count}</td>"
         f"<td>{floatformat(shard.estimated_seconds, 0)} s</td>"
         f"<td>{f'{floatformat(actual, 0)} s' if actual is not None else '—'}</td>"
         f"<td>{status}</td><td>{shard.attempts}</td><td>{escape(shard.worker)}</td></tr>"
+    )
+
+
+def _error(error: str) -> str:
+    """A shard's error: its first line, and the rest (a test process's last output, its
+    stacks) folded below it."""
+    first, _, rest = error.strip().partition("\n")
+    shown = f": {escape(Truncator(first).chars(200))}"
+    if not rest.strip() and len(first) <= 200:
+        return shown
+    return (
+        f'<details class="shard-error"><summary>{shown}</summary>'
+        f'<pre class="log">{escape(error)}</pre></details>'
     )
 
 

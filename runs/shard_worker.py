@@ -6,7 +6,9 @@ Steps:
 2. verify every artifact of the run by hash, and take the combination's environment
    (runs.environments: built on this host from the run's wheels, once);
 3. run the executor (crash pinning, hang watchdog, retries of failures that
-   are not deterministic) while a heartbeat thread keeps the claim fresh;
+   are not deterministic) while a heartbeat thread keeps the claim fresh; a test
+   process that fails before its tests, or goes silent outside them, is an
+   infrastructure failure: the task gives the shard back and retries it;
 4. store every attempt, mark the shard done, classify its failures and queue its
    HUD job's `completed` (per-job mode) in one transaction, fold the durations into
    the history, and finish the run when it was the last shard.
@@ -27,6 +29,7 @@ from django.db.models.functions import Now
 from django.utils import timezone
 
 from crcr_site.lib import leases
+from crcr_site.lib.redaction import redact
 from runs import (
     artifacts,
     durations,
@@ -172,6 +175,7 @@ def run_tests(
         pytest=planning.pytest_for(run, tree, environment),
         timeout=settings.CRCR_SHARD_TIMEOUT,
         test_timeout=settings.CRCR_TEST_TIMEOUT,
+        quiet_timeout=settings.CRCR_QUIET_TIMEOUT,
     )
     return Executor(spec, should_retry).run()
 
@@ -207,7 +211,7 @@ def fail(shard_id: int, reason: str) -> None:
     with transaction.atomic():
         # A shard already done keeps its results (a step after `store` failed).
         Shard.objects.filter(pk=shard_id).exclude(status=Shard.Status.DONE).update(
-            status=Shard.Status.ERROR, error=reason, finished_at=timezone.now()
+            status=Shard.Status.ERROR, error=redact(reason), finished_at=timezone.now()
         )
         shard = Shard.objects.select_related("run__backend").get(pk=shard_id)
         outbox.shard_finished(shard)
@@ -215,9 +219,10 @@ def fail(shard_id: int, reason: str) -> None:
 
 
 def release(shard_id: int, reason: str) -> None:
-    """Give a shard back after an infrastructure hiccup so a retry can claim it."""
+    """Give a shard back after an infrastructure hiccup so a retry can claim it; its error
+    (a test process's last output, for one) stays on the shard, without credentials."""
     Shard.objects.filter(pk=shard_id, status=Shard.Status.RUNNING).update(
-        status=Shard.Status.PENDING, error=reason
+        status=Shard.Status.PENDING, error=redact(reason)
     )
 
 

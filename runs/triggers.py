@@ -4,9 +4,11 @@ from typing import Any
 
 from crcr_reuse.labels import parse_selection
 from django.db import transaction
+from django.db.models import Q
 
 from runs import combinations
 from runs.models import Backend, Dispatch, Trigger
+from runs.models.intake import NIGHTLY_REF
 from runs.upstream import SHA_RE, Resolver, UpstreamError, get_resolver, nightly_source_sha
 
 RELEASE_PREFIX = "release/"
@@ -39,8 +41,14 @@ def start(
 def start_nightly(backend: Backend, resolver: Resolver | None = None) -> Trigger:
     """Build the source commit of PyTorch's nightly; the same nightly is built once."""
     sha = nightly_source_sha(resolver or get_resolver())
-    existing = Trigger.objects.filter(backend=backend, kind=Trigger.Kind.NIGHTLY, pytorch_sha=sha)
-    return existing.first() or start(backend, Trigger.Kind.NIGHTLY, sha, ref="nightly")
+    return nightly_built(backend, sha) or start(backend, Trigger.Kind.NIGHTLY, sha, ref="nightly")
+
+
+def nightly_built(backend: Backend, sha: str) -> Trigger | None:
+    """The trigger that built this nightly source commit already: the schedule's, or a
+    nightly dispatch's (a nightly-only backend's)."""
+    nightly = Q(kind=Trigger.Kind.NIGHTLY) | Q(dispatch__base_ref=NIGHTLY_REF)
+    return Trigger.objects.filter(nightly, backend=backend, pytorch_sha=sha).first()
 
 
 def start_release(

@@ -44,7 +44,11 @@ class Resolver(Protocol):
 def nightly_source_sha(resolver: Resolver) -> str:
     """The PyTorch commit a nightly was built from, from the nightly head's message."""
     head = resolver.branch_head("nightly")
-    message = resolver.commit_message(head)
+    return nightly_source(head, resolver.commit_message(head))
+
+
+def nightly_source(head: str, message: str) -> str:
+    """The source commit a nightly commit's message names (a 40-hex SHA in parentheses)."""
     match = NIGHTLY_SOURCE_RE.search(message)
     if match is None:
         first_line = message.strip().splitlines()[0] if message.strip() else "(empty)"

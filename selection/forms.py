@@ -215,7 +215,7 @@ class OnboardingForm(forms.ModelForm):
         model = Backend
         fields = [
             "slug", "name", "repository", "device_module", "version", "tracked_release",
-            "relay_url", "relay_mode", "relay_sender", "relay_token",
+            "participation", "relay_url", "relay_mode", "relay_sender", "relay_token",
         ]  # fmt: skip
 
     def clean_config(self) -> Any:

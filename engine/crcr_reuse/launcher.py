@@ -22,6 +22,7 @@ A caller:
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import importlib.metadata
@@ -75,6 +76,9 @@ CAPTURE_PLUGIN = "crcr_reuse.opcapture"
 # The variables `for_device` sets, which a run's metadata records.
 DEVICE_VARIABLES = ("CRCR_REUSE_DEVICE", "PYTHONHASHSEED", "TORCH_ROOT")
 PR_SET_PDEATHSIG = 1
+# The signal on which a test process with the progress log writes its threads' stacks
+# (`crcr_reuse.progress_log.STACKS_SIGNAL`; not imported: that module imports pytest).
+STACKS_SIGNAL = signal.SIGUSR1
 _PASSTHROUGH_ENTRY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\*?")
 
 
@@ -351,8 +355,20 @@ def collected_ids(stdout: str) -> list[str]:
 
 def kill(process: subprocess.Popen[bytes]) -> None:
     """Kill a started process with its whole group and reap it."""
-    os.killpg(process.pid, signal.SIGKILL)
+    # The group may be gone already (the process ended and had no children left).
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
     process.wait()
+
+
+def kill_with_stacks(process: subprocess.Popen[bytes], grace: float = 2.0) -> None:
+    """Kill a stuck process with its group, first asking it for every thread's Python
+    stack (SIGUSR1: the progress log plugin has faulthandler write them to the process's
+    output, even while it is stuck in C code) and giving it `grace` seconds to write them."""
+    with contextlib.suppress(ProcessLookupError, subprocess.TimeoutExpired):
+        os.kill(process.pid, STACKS_SIGNAL)
+        process.wait(timeout=grace)
+    kill(process)
 
 
 def die_with_parent() -> None:

@@ -9,12 +9,20 @@ with `-p crcr_reuse.progress_log --crcr-progress <file>`.
 test the log has an outcome for (crashed included) is deselected at collection,
 and the ids left to run are written as one `collected` line (the supervisor's
 count of what a restart resumes).
+
+A process with this log also writes every thread's Python stack to its original
+output on SIGUSR1 (`STACKS_SIGNAL`), from the moment the plugin loads, before
+pytest's capture and any conftest: the executor asks for them before it kills a
+process gone silent, so its log says where it was stuck.
 """
 
+import faulthandler
 import json
 import os
+import signal
+import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import pytest
 
@@ -22,9 +30,19 @@ from .outcomes import ReportError, canonical, read_progress
 
 MESSAGE_LIMIT = 8_000
 ITEM_MARKERS = pytest.StashKey[list[str]]()
+STACKS_SIGNAL = signal.SIGUSR1
+
+
+# Where the stacks go: a duplicate of the process's own stderr, open for its life.
+_stacks_output: list[TextIO] = []
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
+    # A -p plugin's options are added as it loads, before pytest's capture redirects
+    # stderr (and before any conftest runs): the duplicate is the process's real output.
+    if not _stacks_output:
+        _stacks_output.append(os.fdopen(os.dup(sys.stderr.fileno()), "w"))
+        faulthandler.register(STACKS_SIGNAL, file=_stacks_output[0], all_threads=True)
     group = parser.getgroup("crcr")
     group.addoption(
         "--crcr-progress", default=None, help="append one JSON line per finished test here"

@@ -6,6 +6,9 @@ from django.utils import timezone
 
 from runs.relay import delivery, policy
 
+# The dispatch kinds (`Dispatch.kind_of`) a nightly-only backend takes.
+NIGHTLY_KINDS = ("nightly", "release")
+
 
 class Backend(models.Model):
     """An out-of-tree accelerator backend and how crcr treats it."""
@@ -26,6 +29,13 @@ class Backend(models.Model):
         )
         WORKER = "worker", "crcr's relay worker: only for relays that accept a static token"
 
+    class Participation(models.TextChoices):
+        """Which dispatches the backend takes. Upstream allowlists a repository at L2 that
+        takes only nightly dispatches: nightly-only participation."""
+
+        ALL = "all", "every dispatch: pull requests, pushes, nightly and release"
+        NIGHTLY = "nightly", "nightly and release dispatches only"
+
     slug = models.SlugField(unique=True)
     name = models.CharField(max_length=200)
     device_module = models.CharField(
@@ -42,6 +52,14 @@ class Backend(models.Model):
     scope_preference = models.TextField(blank=True, help_text='e.g. "no autograd yet"')
     gate_policy = models.JSONField(default=dict, blank=True)
     tracked_release = models.CharField(max_length=100, blank=True, help_text="release/X.Y")
+    participation = models.CharField(
+        max_length=10,
+        choices=Participation.choices,
+        default=Participation.ALL,
+        help_text="nightly and release only: the intake records every other dispatch as "
+        "rejected, with the reason, and runs nothing for it; the HUD shows its nightly and "
+        "release commits only",
+    )
     relay_mode = models.CharField(
         max_length=20, choices=RelayMode.choices, default=RelayMode.AGGREGATE
     )
@@ -65,6 +83,20 @@ class Backend(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def nightly_only(self) -> bool:
+        return self.participation == self.Participation.NIGHTLY
+
+    def refusal(self, kind: str, ref: str) -> str:
+        """Why the backend refuses a dispatch of this kind (`Dispatch.kind_of`), or ""."""
+        if not self.nightly_only or kind in NIGHTLY_KINDS:
+            return ""
+        what = "a pull request" if kind == "pull_request" else f"a push to {ref}"
+        return (
+            f"{self.name} takes nightly and release dispatches only (nightly-only "
+            f"participation): {what} is not run"
+        )
 
     @property
     def sends_itself(self) -> bool:

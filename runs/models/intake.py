@@ -9,6 +9,9 @@ from django.utils import timezone
 
 from runs.models.backends import Backend
 
+NIGHTLY_REF = "refs/heads/nightly"
+RELEASE_REFS = ("refs/heads/release/", "refs/tags/v")
+
 
 class Dispatch(models.Model):
     """One upstream event as CRCR (or a GitHub webhook) delivered it, stored raw first."""
@@ -75,6 +78,21 @@ class Dispatch(models.Model):
                 "head_sha": pull["head"]["sha"],
             }
         return {"action": "push", "base_ref": payload["ref"], "head_sha": payload["after"]}
+
+    @staticmethod
+    def kind_of(event_type: str, ref: str) -> str:
+        """What upstream event a dispatch stands for: `pull_request`; `nightly`, a push to
+        PyTorch's nightly branch; `release`, a push to a release branch or a version tag;
+        else `push`."""
+        if event_type == "pull_request":
+            return "pull_request"
+        if ref == NIGHTLY_REF:
+            return "nightly"
+        return "release" if ref.startswith(RELEASE_REFS) else "push"
+
+    @property
+    def kind(self) -> str:
+        return self.kind_of(self.event_type, self.base_ref)
 
     @property
     def labels(self) -> list[str]:

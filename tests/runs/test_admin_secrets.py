@@ -26,6 +26,7 @@ BACKEND_FORM = {
     "extension_points": "[]",
     "scope_preference": "",
     "gate_policy": "{}",
+    "participation": "all",
     "tracked_release": "",
     "relay_mode": "aggregate",
     "relay_url": "",

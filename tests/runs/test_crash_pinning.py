@@ -3,12 +3,13 @@
 import os
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
 from crcr_reuse.launcher import PytestRun, TestEnvironment
 
-from runs.crash_pinning import Executor, ProcessFailed, ShardSpec
+from runs.crash_pinning import Executor, ProcessFailed, ProcessSilent, ShardSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -123,3 +124,55 @@ def test_a_pytest_that_cannot_start_is_an_infrastructure_failure(tmp_path):
     )
     with pytest.raises(ProcessFailed, match="before any test"):
         Executor(spec, should_retry=lambda record: True).run()
+
+
+def silent_tree(tmp_path: Path, conftest: str, tests: str) -> ShardSpec:
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "conftest.py").write_text(textwrap.dedent(conftest))
+    (tree / "test_quiet.py").write_text(textwrap.dedent(tests))
+    return ShardSpec(
+        ids=["test_quiet.py::test_one", "test_quiet.py::test_two"],
+        workdir=tmp_path / "work",
+        # This checkout's engine: its progress log plugin answers the request for stacks.
+        pytest=plain_pytest(tree, dict(os.environ, PYTHONPATH=f"{ROOT}:{ROOT / 'engine'}")),
+        timeout=120,
+        test_timeout=60,
+        quiet_timeout=3,
+    )
+
+
+def test_a_process_silent_before_any_test_is_killed_as_infrastructure_with_its_last_output(
+    tmp_path,
+):
+    conftest = """
+        import time
+
+        def open_the_device_driver():
+            time.sleep(600)
+
+        open_the_device_driver()
+    """
+    tests = "def test_one():\n    pass\n\ndef test_two():\n    pass\n"
+    spec = silent_tree(tmp_path, conftest, tests)
+    started = time.monotonic()
+    with pytest.raises(ProcessSilent) as silent:
+        Executor(spec, should_retry=lambda record: True).run()
+    # Killed at the quiet limit, not at the shard's limit (120 s) nor the test's (60 s).
+    assert time.monotonic() - started < 60
+    message = str(silent.value)
+    assert "printed nothing for 3 s outside any test" in message
+    # Where it was stuck: its stack, in the message and in the process's log.
+    assert "in open_the_device_driver" in message and "conftest.py" in message
+    assert "in open_the_device_driver" in (tmp_path / "work" / "p001.log").read_text()
+
+
+def test_a_silent_test_is_a_test_hang_not_a_silent_process(tmp_path):
+    """Inside a test, silence is the per-test limit's: even a quiet limit far shorter than it
+    leaves the test to be judged timed out, and the other test still runs."""
+    tests = "import time\n\ndef test_one():\n    time.sleep(600)\n\ndef test_two():\n    pass\n"
+    spec = silent_tree(tmp_path, "", tests)
+    spec.test_timeout = 6
+    spec.quiet_timeout = 2
+    final = {r.node_id: r.outcome for r in Executor(spec, should_retry=lambda r: False).run()}
+    assert final == {"test_quiet.py::test_one": "timed_out", "test_quiet.py::test_two": "passed"}

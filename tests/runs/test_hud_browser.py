@@ -51,3 +51,27 @@ def test_the_hud_grid_reads_by_colour_and_letter_and_moves_by_keys(page, width):
     page.keyboard.press("Enter")  # the focused commit's first red cell
     expect(page).to_have_url(re.compile(f"/runs/{red.uuid}/$"))
     expect(page.get_by_role("heading", name="Run acme failed")).to_be_visible()
+
+
+def test_a_nightly_only_backend_reads_as_such_over_its_columns(page):
+    from runs.models import Backend
+    from tests.factories import make_backend, make_config
+
+    nightly = make_backend("nightlies", participation=Backend.Participation.NIGHTLY)
+    make_config(nightly)
+    plant(acme(), 1)
+    plant(nightly, 1)
+    make_user("vera")
+    page.set_viewport_size({"width": 1024, "height": 800})
+    sign_in(page, "vera")
+
+    header = page.locator("th.backend", has_text="nightlies")
+    expect(header).to_contain_text("nightly only")
+    expect(header.locator(".nightly-only")).to_have_attribute(
+        "title", re.compile("takes nightly and release dispatches only")
+    )
+    expect(page.locator("th.backend", has_text="acme")).not_to_contain_text("nightly only")
+    # The name and its mark side by side, not drawn over each other.
+    name, mark = header.locator("span").bounding_box(), header.locator("small").bounding_box()
+    assert name and mark and mark["x"] >= name["x"] and mark["width"] > 0
+    assert page.evaluate("document.documentElement.scrollWidth") <= 1024

@@ -253,7 +253,8 @@ def backend_form(**fields: str) -> dict[str, str]:
     return {
         "slug": "acme", "name": "Acme", "device_module": "acme_torch",
         "repository": "acme/torch-acme", "version": "1.0", "extra_versions": "[]",
-        "extension_points": "[]", "gate_policy": "{}", "relay_mode": "aggregate",
+        "extension_points": "[]", "gate_policy": "{}", "participation": "all",
+        "relay_mode": "aggregate",
         "relay_url": RELAY, "relay_token": "none", "relay_sender": "actions",
         "created_at_0": now.strftime("%Y-%m-%d"), "created_at_1": now.strftime("%H:%M:%S"),
     } | fields  # fmt: skip

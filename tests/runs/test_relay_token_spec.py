@@ -101,7 +101,8 @@ def admin_form(**fields: str) -> dict[str, str]:
     return {
         "slug": "acme", "name": "Acme", "device_module": "acme_torch",
         "repository": "acme/torch-acme", "version": "1.0", "extra_versions": "[]",
-        "extension_points": "[]", "gate_policy": "{}", "relay_mode": "aggregate",
+        "extension_points": "[]", "gate_policy": "{}", "participation": "all",
+        "relay_mode": "aggregate",
         "relay_url": "https://relay.example/github/callback", "relay_token": "none",
         "created_at_0": now.strftime("%Y-%m-%d"), "created_at_1": now.strftime("%H:%M:%S"),
     } | fields  # fmt: skip

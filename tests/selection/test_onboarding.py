@@ -78,7 +78,7 @@ def upload(text: str, name: str = "first.yaml"):
 FORM = {
     "slug": "spyre", "name": "IBM Spyre", "repository": "torch-spyre/torch-spyre",
     "device_module": "torch_spyre", "version": "0.1.0", "tracked_release": "",
-    "relay_url": "", "relay_mode": "aggregate", "relay_sender": "actions", "relay_token": "none",
+    "participation": "all", "relay_url": "", "relay_mode": "aggregate", "relay_sender": "actions", "relay_token": "none",
 }  # fmt: skip
 
 

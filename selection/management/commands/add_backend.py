@@ -27,6 +27,11 @@ class Command(BaseCommand):
         )  # fmt: skip
         parser.add_argument("--backend-version", default="0.0.0", help="its current version")
         parser.add_argument("--tracked-release", default="", help="release/X.Y it follows")
+        parser.add_argument(
+            "--participation", choices=Backend.Participation.values,
+            default=Backend.Participation.ALL,
+            help="all dispatches, or nightly (nightly and release dispatches only)",
+        )  # fmt: skip
         parser.add_argument("--relay-url", default="", help="CRCR callback endpoint, or none")
         parser.add_argument(
             "--relay-mode", choices=Backend.RelayMode.values, default=Backend.RelayMode.AGGREGATE
@@ -53,6 +58,7 @@ class Command(BaseCommand):
             "device_module": options["device_module"],
             "version": options["backend_version"],
             "tracked_release": options["tracked_release"],
+            "participation": options["participation"],
             "relay_url": options["relay_url"],
             "relay_mode": options["relay_mode"],
             "relay_sender": options["relay_sender"],
