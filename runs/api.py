@@ -297,7 +297,7 @@ class RelayTurnAPI(TokenAPIView):
         if data["status"] is not None:
             answer = delivery.answer_of(data["status"], "", data["retry_after"])
             pacing.hold_back(backend.repository, answer)
-        return Response({"wait": round(pacing.turn(backend.repository), 3)})
+        return Response({"wait": round(pacing.turn(backend.repository).wait, 3)})
 
 
 class CallbackAnswerAPI(TokenAPIView):

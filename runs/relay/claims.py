@@ -92,7 +92,7 @@ def claim(
             if not _fix_identity(callback, reporter):
                 _give_back(callback)
                 continue
-            wait = pacing.turn(callback.run.backend.repository)
+            wait = pacing.turn(callback.run.backend.repository).wait
             if wait:  # the repository's budget is spent for now: so is every later row's
                 outbox.wait_turn(callback, wait)
                 break

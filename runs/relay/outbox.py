@@ -316,10 +316,11 @@ def deliver(callback_id: int) -> RelayCallback | None:
         return _hold(callback, f"relay_url: {refused}")
     try:
         provider = policy.provider(backend.relay_token)
-        wait = pacing.turn(backend.repository)
-        if wait:
-            return wait_turn(callback, wait)
+        turn = pacing.turn(backend.repository)
+        if turn.wait:
+            return wait_turn(callback, turn.wait)
         answer = delivery.send(backend.relay_url, callback.outgoing_body(), provider)
+        pacing.answered(backend.repository, turn)
     except delivery.TokenError as error:
         if not error.retryable:
             return _hold(callback, str(error))

@@ -110,4 +110,3 @@ def test_a_bridge_honours_retry_after_and_tells_crcr_about_the_429(tmp_path):
     assert sent.outcome == "delivered" and sent.attempts == 2
     assert slept and slept[0] >= 7
     assert told[0] is None and told[1] is not None and told[1].status == 429
-
