@@ -10,7 +10,7 @@ record: the reporter claims due rows on a lease, sends them and writes each answ
    order and by its rules (`RelayCallbackQuerySet.due`, `outbox.take`), each one's HUD job
    identity is fixed (`_fix_identity`), each takes a send from the repository's callback
    budget (`pacing.turn`; the first it has none for waits for its turn, and the claim ends
-   there, saying when the next turn comes), and all go out on one lease;
+   there, saying when the first row waiting gets its turn), and all go out on one lease;
 2. `settle_reported`: the relay's answer is settled exactly as the relay worker settles
    its own (`outbox.settle_answer`), but only while the lease is the reporter's (the lease
    id and the API token that claimed it, its holder: no other token answers it); a reporter
@@ -55,7 +55,7 @@ class Claim:
     lease: str
     lease_until: datetime
     callbacks: list[RelayCallback]
-    # Seconds until the repository's callback budget has a send again, when it ran out.
+    # Seconds until the first of the backend's rows waiting for the budget gets its turn.
     next_turn_in: float | None = None
 
 
@@ -80,7 +80,6 @@ def claim(
     length = timedelta(seconds=lease_seconds())
     due = RelayCallback.objects.due().filter(run__backend=backend)
     claimed: list[RelayCallback] = []
-    wait = 0.0
     for callback_id in list(due.values_list("pk", flat=True)[: limit * 4]):
         # A row is taken and its identity fixed together, or not at all.
         with transaction.atomic():
@@ -92,16 +91,25 @@ def claim(
             if not _fix_identity(callback, reporter):
                 _give_back(callback)
                 continue
-            wait = pacing.turn(callback.run.backend.repository).wait
-            if wait:  # the repository's budget is spent for now: so is every later row's
-                outbox.wait_turn(callback, wait)
+            turn = pacing.turn(callback.run.backend.repository)
+            if turn.wait:  # the repository's budget is spent for now: so is every later row's
+                outbox.wait_turn(callback, turn.wait)
                 break
         claimed.append(callback)
         if len(claimed) == limit:
             break
     # The lease's end as the database wrote it (each row's, to the same instant or so).
     until = min((c.lease_until for c in claimed if c.lease_until), default=None)
-    return Claim(lease, until or timezone.now() + length, claimed, wait or None)
+    return Claim(lease, until or timezone.now() + length, claimed, _next_turn_in(backend))
+
+
+def _next_turn_in(backend: Backend) -> float | None:
+    """Seconds until the first of the backend's rows waiting for the budget gets its turn."""
+    waiting = RelayCallback.objects.filter(
+        run__backend=backend, status=S.PENDING, turn_at__isnull=False
+    )
+    first = waiting.order_by("turn_at").values_list("turn_at", flat=True).first()
+    return None if first is None else max(0.5, (first - timezone.now()).total_seconds())
 
 
 def _fix_identity(callback: RelayCallback, reporter: Reporter) -> bool:
