@@ -4,10 +4,13 @@ Rows are written with the transition that causes them (a run or shard starting, 
 shard ending, a run finishing) and delivered by a task on the `relay` queue:
 1. claim the row (pending and due) with a conditional update;
 2. a `completed` waits until its job's `in_progress` is delivered;
-3. send; a 2xx delivers, 429/5xx/no answer retry with backoff and jitter (or
-   the relay's Retry-After, at most an hour), any other answer is final and shown
-   on the run page. A transition refused as a repeat right after a lost answer
-   means that answer had landed: delivered;
+3. take a send from the repository's callback budget (`pacing`), else wait for its
+   turn, unsent and shown so on the run page;
+   send; a 2xx delivers, 429/5xx/no answer retry with backoff and jitter (or
+   the relay's Retry-After, at most an hour; a 429 or a Retry-After also holds the
+   whole repository back), any other answer is final and shown on the run page. A
+   transition refused as a repeat right after a lost answer means that answer had
+   landed: delivered;
 4. no usable relay token (a token file missing, unreadable or empty, a malformed
    spec) is a configuration error: nothing is sent, the row is held and checked
    again every quarter of an hour, an ERROR is logged once, and viewers read that

@@ -5,13 +5,15 @@ Retry-After holds the whole repository back; a callback past the budget waits, s
 from typing import Any
 
 import pytest
+from playwright.sync_api import expect
 
-from runs.models import Backend
-from runs.relay import actions, delivery, protocol
+from runs.models import Backend, RelayBudget
+from runs.relay import actions, claims, delivery, pacing, protocol
 from runs.relay.simulator import RelaySimulator
 from tests.factories import make_backend, make_config, make_token, make_user
 from tests.runs.relay_runs import REPO
 from tests.runs.reporter_runs import reporting_backend, self_reported_run
+from tests.selection.test_review_browser import sign_in
 
 pytestmark = pytest.mark.django_db
 RELAY = "https://relay.example/github/callback"
@@ -110,3 +112,39 @@ def test_a_bridge_honours_retry_after_and_tells_crcr_about_the_429(tmp_path):
     assert sent.outcome == "delivered" and sent.attempts == 2
     assert slept and slept[0] >= 7
     assert told[0] is None and told[1] is not None and told[1].status == 429
+
+
+@pytest.mark.parametrize(
+    ("body", "named"),
+    [({"status": "soon"}, "status"), ({"status": 42}, "status"),
+     ({"status": 429, "retry_after": "x" * 201}, "retry_after")],
+)  # fmt: skip
+def test_a_turn_asked_with_a_garbled_answer_is_refused_naming_the_field(
+    budget, client, body, named
+):
+    make_backend("acme", relay_url=RELAY, relay_sender="actions")
+    key = make_token(make_user("actions", role="machine"), *Backend.objects.all())
+    response = client.post(
+        "/api/relay/turn/?backend=acme", body, content_type="application/json",
+        HTTP_AUTHORIZATION=f"Token {key}",
+    )  # fmt: skip
+    assert response.status_code == 400 and named in response.json()
+    assert not RelayBudget.objects.exists()  # nothing counted, nothing held back
+
+
+@pytest.mark.django_db(transaction=True)
+def test_in_chromium_the_run_page_shows_a_callback_waiting_for_its_turn(budget, page):
+    nightly = self_reported_run(reporting_backend(RELAY), "nightly", "c" * 40, ref="nightly")
+    for _ in range(3):  # other senders of the repository spent its budget
+        pacing.turn(REPO)
+    claim = claims.claim(Backend.objects.get(), claims.Reporter(**REPORTER), limit=10)
+    assert claim.callbacks == [] and claim.next_turn_in
+    make_user("vera")
+    sign_in(page, "vera")
+
+    page.goto(f"/runs/{nightly.uuid}/")
+
+    expect(page.locator(".callback-turn")).to_contain_text(
+        "waiting for its turn in the callback budget"
+    )
+    expect(page.locator("td.callback-pending")).to_contain_text("pending")
