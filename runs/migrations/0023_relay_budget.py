@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('runs', '0021_token_backends'),
+        ('runs', '0022_shard_environment'),
     ]
 
     operations = [
