@@ -348,6 +348,12 @@ CRCR_SECRETS_DIR = env_path("CRCR_SECRETS_DIR", VAR_DIR / "secrets")
 # also a local relay (the simulator's http://127.0.0.1:<port>), listed or not.
 CRCR_RELAY_URL_ALLOWLIST = env_list("CRCR_RELAY_URL_ALLOWLIST", [])
 CRCR_RELAY_LOCAL_HTTP = DEBUG
+# Every sender of a repository's HUD callbacks (the relay worker, GitHub Actions reporters and
+# bridges) shares one budget of this many sends per CRCR_RELAY_RATE_WINDOW_SECONDS, under the
+# relay's RATE_LIMIT_PER_MIN of 100 a minute (runs/relay/pacing.py): a callback past it waits
+# for its turn. The window is settable so that a test can scale a minute down.
+CRCR_RELAY_CALLBACKS_PER_MINUTE = env_int("CRCR_RELAY_CALLBACKS_PER_MINUTE", 90, minimum=1)
+CRCR_RELAY_RATE_WINDOW_SECONDS = env_int("CRCR_RELAY_RATE_WINDOW_SECONDS", 60, minimum=1)
 # A reporter's claim on due callbacks (runs/relay/claims.py) lasts this long; one that
 # died is noticed when it runs out and the next reporter resends.
 CRCR_RELAY_LEASE_SECONDS = env_int("CRCR_RELAY_LEASE_SECONDS", 300, minimum=10)

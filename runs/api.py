@@ -20,7 +20,7 @@ from crcr_site.lib.access import IsMachine, RoleTokenAuthentication, check_backe
 from runs import attempts, readiness
 from runs import dispatch as intake
 from runs.models import ApiToken, Backend, Dispatch, RelayCallback, Run
-from runs.relay import claims, delivery
+from runs.relay import claims, delivery, pacing
 from runs.serializers import (
     AttemptSerializer,
     CallbackAnswerSerializer,
@@ -30,6 +30,7 @@ from runs.serializers import (
     DispatchOutSerializer,
     DispatchSerializer,
     ReadinessSerializer,
+    RelayTurnSerializer,
     RunDetailSerializer,
     RunSerializer,
 )
@@ -271,8 +272,36 @@ class CallbackClaimAPI(TokenAPIView):
                     "seconds": claims.lease_seconds(),
                 },
                 "callbacks": ClaimedCallbackSerializer(claim.callbacks, many=True).data,
+                "next_turn_in": claim.next_turn_in,
             }
         )
+
+
+class RelayTurnAPI(TokenAPIView):
+    """POST: a bridge's next send takes a turn in its repository's callback budget, shared
+    with crcr's relay worker and the reporters: `wait` 0 means send now (it is counted),
+    else ask again in `wait` seconds. The relay's answer to its last send comes along."""
+
+    permission_classes = [IsAuthenticated, IsReporter]
+
+    @extend_schema(
+        request=RelayTurnSerializer,
+        responses={200: OpenApiTypes.OBJECT, 403: OpenApiTypes.OBJECT},
+        operation_id="relay_turn",
+    )
+    def post(self, request: Request) -> Response:
+        try:
+            backend = _backend_for(request)
+        except intake.IntakeError as error:
+            return _refuse(error)
+        check_backend(request, backend)
+        serializer = RelayTurnSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        if data["status"] is not None:
+            answer = delivery.answer_of(data["status"], "", data["retry_after"])
+            pacing.hold_back(backend.repository, answer)
+        return Response({"wait": round(pacing.turn(backend.repository).wait, 3)})
 
 
 class CallbackAnswerAPI(TokenAPIView):

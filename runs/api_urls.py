@@ -17,6 +17,7 @@ urlpatterns = [
     path("runs/", api.RunListAPI.as_view(), name="run_list"),
     path("runs/<uuid:uuid>/", api.RunDetailAPI.as_view(), name="run_detail"),
     path("runs/<uuid:uuid>/attempts/", api.RunAttemptAPI.as_view(), name="run_attempt_create"),
+    path("relay/turn/", api.RelayTurnAPI.as_view(), name="relay_turn"),
     path("relay/claim/", api.CallbackClaimAPI.as_view(), name="callback_claim"),
     path(
         "relay/callbacks/<uuid:uuid>/answer/",

@@ -181,19 +181,25 @@ class ClaimedCallbackSerializer(serializers.ModelSerializer):
         return f"/api/relay/callbacks/{callback.uuid}/answer/"
 
 
-class CallbackAnswerSerializer(serializers.Serializer):
+class RelayTurnSerializer(serializers.Serializer):
+    """A bridge asking for its next send's turn, with the relay's answer to its last send
+    (a 429 or a Retry-After holds back the whole repository)."""
+
+    status = serializers.IntegerField(
+        min_value=100, max_value=599, allow_null=True, default=None, help_text="null: no answer"
+    )
+    retry_after = serializers.CharField(
+        allow_null=True, default=None, max_length=200, help_text="the Retry-After header"
+    )
+
+
+class CallbackAnswerSerializer(RelayTurnSerializer):
     """The relay's answer to a claimed callback, as the reporter got it."""
 
     lease = serializers.CharField(max_length=200)
     sent = serializers.BooleanField(default=True, help_text="false: given back unsent")
-    status = serializers.IntegerField(
-        min_value=100, max_value=599, allow_null=True, default=None, help_text="null: no answer"
-    )
     text = serializers.CharField(
         allow_blank=True, default="", max_length=20000, trim_whitespace=False
-    )
-    retry_after = serializers.CharField(
-        allow_null=True, default=None, max_length=200, help_text="the Retry-After header"
     )
 
 

@@ -2,7 +2,7 @@
 
 from runs.models.backends import Backend
 from runs.models.intake import Dispatch, Trigger
-from runs.models.relay import RelayCallback
+from runs.models.relay import RelayBudget, RelayCallback
 from runs.models.results import Failure, Shard, TestDuration, TestResult, TestResultQuerySet
 from runs.models.runs import Artifact, Run
 from runs.models.tokens import ApiToken
@@ -13,6 +13,7 @@ __all__ = [
     "Backend",
     "Dispatch",
     "Failure",
+    "RelayBudget",
     "RelayCallback",
     "Run",
     "Shard",

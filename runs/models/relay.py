@@ -91,6 +91,9 @@ class RelayCallback(models.Model):
     reported_run_id = models.CharField(max_length=100, blank=True)
     reported_run_attempt = models.CharField(max_length=20, blank=True)
     reported_url = models.CharField(max_length=500, blank=True)
+    # When a row the repository's callback budget held back gets its turn (it is pending
+    # meanwhile, shown as waiting for it); None: it is not waiting for the budget.
+    turn_at = models.DateTimeField(null=True, blank=True)
 
     objects = RelayCallbackQuerySet.as_manager()
 
@@ -168,3 +171,17 @@ class RelayCallback(models.Model):
     def auth_problem(self) -> str:
         """What exactly is wrong with the token: for reviewers and admins."""
         return self.last_response.partition("\n")[2] if self.auth_misconfigured else ""
+
+
+class RelayBudget(models.Model):
+    """One repository's budget of sends to the relay, shared by every sender of its HUD
+    callbacks (`runs.relay.pacing`): the relay limits callbacks per repository."""
+
+    repository = models.CharField(max_length=200, unique=True)
+    # The database's times (epoch seconds) of the sends in the current window, oldest first.
+    sends = models.JSONField(default=list)
+    # Past a 429 or a Retry-After nothing goes to the relay for this repository until then.
+    blocked_until = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"relay budget of {self.repository}"

@@ -50,17 +50,29 @@ def deliver(
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
     note: Callable[[str], None] = print,
+    turn: Callable[[delivery.Answer | None], float] | None = None,
 ) -> Delivery:
     """Send one callback until it lands, is refused, or `give_up_after` seconds pass.
 
-    Steps: send; settle the answer (a repeat refused after a lost answer counts as landed);
-    on `retry` wait the larger of the backoff and Retry-After, unless that passes the deadline.
+    Steps: wait for a turn in the repository's callback budget (`turn`, given the relay's
+    last answer, which may hold the whole repository back); send; settle the answer (a
+    repeat refused after a lost answer counts as landed); on `retry` wait the larger of
+    the backoff and Retry-After, unless that passes the deadline.
     """
     deadline = clock() + give_up_after
     after_ambiguous = False
     attempt = 0
+    answer: delivery.Answer | None = None
     while True:
         attempt += 1
+        last = answer
+        while turn is not None and (wait := turn(last)) > 0:
+            last = None  # told once
+            if clock() + wait > deadline:
+                waited = answer or delivery.Answer(None, "no turn in the callback budget", True)
+                return Delivery("unreachable", waited, attempt - 1)
+            note(f"waiting {wait:.1f}s for a turn in the repository's callback budget")
+            sleep(wait)
         try:
             answer = delivery.send(url, body, tokens)
         except delivery.TokenError as error:

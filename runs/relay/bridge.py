@@ -223,7 +223,7 @@ class Bridge:
         )
         sent = deliver(
             a.relay_url, body, self.tokens,
-            give_up_after=a.relay_retry_for, base=a.retry_base, note=say,
+            give_up_after=a.relay_retry_for, base=a.retry_base, note=say, turn=self._turn,
         )  # fmt: skip
         what = f"{status} for {job.name}"
         if sent.outcome == "refused":
@@ -238,6 +238,14 @@ class Bridge:
         carried = body["workflow"]["conclusion"]
         say(f"sent {what}" + (f": {carried}" if carried else ""))
         return carried
+
+    def _turn(self, last: delivery.Answer | None) -> float:
+        """Seconds until this bridge's next send may go, from the repository's callback
+        budget that crcr keeps for every sender; the relay's last answer goes along."""
+        told = {"status": last.status, "retry_after": last.retry_after_header()} if last else {}
+        backend = urllib.parse.quote(self.args.backend)
+        answer = self.crcr.call("POST", f"/api/relay/turn/?backend={backend}", told)
+        return float(answer.get("wait") or 0.0)
 
 
 def _parse_time(text: str | None) -> datetime | None:

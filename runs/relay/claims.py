@@ -8,7 +8,9 @@ is the bridge job's to report (crcr-bridge.yml) and queues nothing. The outbox s
 record: the reporter claims due rows on a lease, sends them and writes each answer back.
 1. `claim`: rows whose lease ran out are due again; the due rows are taken in the outbox's
    order and by its rules (`RelayCallbackQuerySet.due`, `outbox.take`), each one's HUD job
-   identity is fixed (`_fix_identity`), and all go out on one lease;
+   identity is fixed (`_fix_identity`), each takes a send from the repository's callback
+   budget (`pacing.turn`; the first it has none for waits for its turn, and the claim ends
+   there, saying when the first row waiting gets its turn), and all go out on one lease;
 2. `settle_reported`: the relay's answer is settled exactly as the relay worker settles
    its own (`outbox.settle_answer`), but only while the lease is the reporter's (the lease
    id and the API token that claimed it, its holder: no other token answers it); a reporter
@@ -27,7 +29,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from runs.models import ApiToken, Backend, RelayCallback
-from runs.relay import delivery, outbox
+from runs.relay import delivery, outbox, pacing
 
 S, T = RelayCallback.Status, RelayCallback.Transition
 # How long one claim holds its rows (CRCR_RELAY_LEASE_SECONDS): a batch of sends and
@@ -53,6 +55,8 @@ class Claim:
     lease: str
     lease_until: datetime
     callbacks: list[RelayCallback]
+    # Seconds until the first of the backend's rows waiting for the budget gets its turn.
+    next_turn_in: float | None = None
 
 
 def lease_seconds() -> int:
@@ -87,12 +91,25 @@ def claim(
             if not _fix_identity(callback, reporter):
                 _give_back(callback)
                 continue
+            turn = pacing.turn(callback.run.backend.repository)
+            if turn.wait:  # the repository's budget is spent for now: so is every later row's
+                outbox.wait_turn(callback, turn.wait)
+                break
         claimed.append(callback)
         if len(claimed) == limit:
             break
     # The lease's end as the database wrote it (each row's, to the same instant or so).
     until = min((c.lease_until for c in claimed if c.lease_until), default=None)
-    return Claim(lease, until or timezone.now() + length, claimed)
+    return Claim(lease, until or timezone.now() + length, claimed, _next_turn_in(backend))
+
+
+def _next_turn_in(backend: Backend) -> float | None:
+    """Seconds until the first of the backend's rows waiting for the budget gets its turn."""
+    waiting = RelayCallback.objects.filter(
+        run__backend=backend, status=S.PENDING, turn_at__isnull=False
+    )
+    first = waiting.order_by("turn_at").values_list("turn_at", flat=True).first()
+    return None if first is None else max(0.5, (first - timezone.now()).total_seconds())
 
 
 def _fix_identity(callback: RelayCallback, reporter: Reporter) -> bool:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import math
 import os
 import random
 import urllib.error
@@ -227,6 +228,10 @@ class Answer:
     @property
     def detail(self) -> str:
         return str(self.json().get("detail") or self.text or "no answer").strip()
+
+    def retry_after_header(self) -> str | None:
+        """The Retry-After as whole seconds, as a sender in GitHub Actions tells crcr."""
+        return None if self.retry_after is None else str(math.ceil(self.retry_after))
 
     def describe(self) -> str:
         return f"{self.status or 'no answer'}: {self.detail}"

@@ -4,10 +4,13 @@ Rows are written with the transition that causes them (a run or shard starting, 
 shard ending, a run finishing) and delivered by a task on the `relay` queue:
 1. claim the row (pending and due) with a conditional update;
 2. a `completed` waits until its job's `in_progress` is delivered;
-3. send; a 2xx delivers, 429/5xx/no answer retry with backoff and jitter (or
-   the relay's Retry-After, at most an hour), any other answer is final and shown
-   on the run page. A transition refused as a repeat right after a lost answer
-   means that answer had landed: delivered;
+3. take a send from the repository's callback budget (`pacing`), else wait for its
+   turn, unsent and shown so on the run page;
+   send; a 2xx delivers, 429/5xx/no answer retry with backoff and jitter (or
+   the relay's Retry-After, at most an hour; a 429 or a Retry-After also holds the
+   whole repository back), any other answer is final and shown on the run page. A
+   transition refused as a repeat right after a lost answer means that answer had
+   landed: delivered;
 4. no usable relay token (a token file missing, unreadable or empty, a malformed
    spec) is a configuration error: nothing is sent, the row is held and checked
    again every quarter of an hour, an ERROR is logged once, and viewers read that
@@ -39,7 +42,7 @@ from django.utils import timezone
 
 from crcr_site.lib import enqueue
 from runs.models import ApiToken, Backend, Failure, RelayCallback, Run, Shard, Trigger
-from runs.relay import deadlines, delivery, policy, protocol
+from runs.relay import deadlines, delivery, pacing, policy, protocol
 
 logger = logging.getLogger(__name__)
 
@@ -316,7 +319,11 @@ def deliver(callback_id: int) -> RelayCallback | None:
         return _hold(callback, f"relay_url: {refused}")
     try:
         provider = policy.provider(backend.relay_token)
+        turn = pacing.turn(backend.repository)
+        if turn.wait:
+            return wait_turn(callback, turn.wait)
         answer = delivery.send(backend.relay_url, callback.outgoing_body(), provider)
+        pacing.answered(backend.repository, turn)
     except delivery.TokenError as error:
         if not error.retryable:
             return _hold(callback, str(error))
@@ -336,7 +343,7 @@ def take(
         pk=callback_id, status=S.PENDING, next_attempt_at__lte=Now()
     ).update(
         status=S.SENDING, attempts=F("attempts") + 1, next_attempt_at=Now(),
-        claimed_by=by, lease_until=Now() + lease, lease_holder=holder,
+        claimed_by=by, lease_until=Now() + lease, lease_holder=holder, turn_at=None,
     ):  # fmt: skip
         return None
     return RelayCallback.objects.select_related("run__backend").get(pk=callback_id)
@@ -351,12 +358,28 @@ def settle_answer(callback: RelayCallback, answer: delivery.Answer) -> RelayCall
     ambiguous = callback.attempts > 1 and (previous is None or previous >= 500)
     outcome = delivery.settle(answer, after_ambiguous=ambiguous)
     callback.last_status_code, callback.last_response = answer.status, answer.text[:4000]
+    callback.turn_at = None
+    # A 429 or a Retry-After holds back every callback of the repository, not only this one.
+    pacing.hold_back(callback.run.backend.repository, answer)
     if outcome == "retry":
         _later(callback, delay=answer.retry_after or delivery.backoff(callback.attempts))
     else:
         callback.status = S.DELIVERED if outcome == "delivered" else S.REJECTED
         callback.delivered_at = timezone.now() if outcome == "delivered" else None
-        callback.save(update_fields=["status", "delivered_at", "last_status_code", "last_response"])
+        callback.save(
+            update_fields=[
+                "status", "delivered_at", "last_status_code", "last_response", "turn_at"
+            ]
+        )  # fmt: skip
+    return callback
+
+
+def wait_turn(callback: RelayCallback, wait: float) -> RelayCallback:
+    """The repository's callback budget has no send for a claimed row now (`pacing.turn`):
+    put it back, unsent and its attempt not counted, for its turn in `wait` seconds."""
+    callback.attempts -= 1
+    callback.turn_at = timezone.now() + timedelta(seconds=wait)
+    _later(callback, delay=wait)
     return callback
 
 
@@ -447,7 +470,8 @@ def _release(callback: RelayCallback, delay: float) -> None:
     callback.next_attempt_at = timezone.now() + timedelta(seconds=delay)
     callback.save(
         update_fields=[
-            "status", "next_attempt_at", "attempts", "last_status_code", "last_response"
+            "status", "next_attempt_at", "attempts", "last_status_code", "last_response",
+            "turn_at",
         ]
     )  # fmt: skip
     # Eagerly, a countdown would spin at once; a reporter's row waits for its next claim.

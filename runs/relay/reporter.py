@@ -13,7 +13,9 @@ on a runner that has only Python's standard library, so it imports nothing from 
 3. send each body to the relay with a freshly minted token and write the relay's answer
    back (`POST /api/relay/callbacks/<uuid>/answer/`): crcr settles it as its own relay
    worker would (delivered, refused for good, or due again later);
-4. claim again until nothing is due or `--drain-for` has passed.
+4. claim again until nothing is due or `--drain-for` has passed; crcr hands out only what
+   the repository's callback budget allows (shared with every other sender), and when it
+   is spent says when the next turn comes: the reporter sleeps until then and claims again.
 A reporter killed midway loses nothing: its lease runs out and the next claim resends.
 Exit codes: 0 nothing left to send now, 2 usage/configuration error or a callback the relay
 refused, 3 relay or crcr unreachable (crcr keeps what was not delivered and retries it).
@@ -22,7 +24,6 @@ refused, 3 relay or crcr unreachable (crcr keeps what was not delivered and retr
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 import time
 import urllib.parse
@@ -75,6 +76,12 @@ class Reporter:
                 "POST", path, {"reporter": self.identity, "limit": self.args.batch}
             )
             callbacks = claim.get("callbacks") or []
+            turn_in = claim.get("next_turn_in")
+            if not callbacks and turn_in and time.monotonic() + turn_in < deadline:
+                # The repository's callback budget is spent for now: wait for its turn.
+                say(f"the callback budget is spent: claiming again in {turn_in:.1f}s")
+                time.sleep(turn_in)
+                continue
             if not callbacks:
                 say(f"nothing due for backend {self.args.backend}")
                 break
@@ -123,11 +130,10 @@ class Reporter:
     ) -> dict[str, Any]:
         body: dict[str, Any] = {"lease": lease, "sent": answer is not None}
         if answer is not None:
-            wait = answer.retry_after
             body |= {
                 "status": answer.status,
                 "text": answer.text[:4000],
-                "retry_after": None if wait is None else str(math.ceil(wait)),
+                "retry_after": answer.retry_after_header(),
             }
         # 409: the lease ran out and crcr took the row back.
         return self.crcr.call("POST", callback["answer_url"], body, expected=(409,))

@@ -106,6 +106,7 @@ class RelaySimulator:
         self._records: dict[str, rules.Record] = {}  # Redis state keys, without "crcr:state:"
         self._tracker: dict[str, float] = {}  # the in-progress ZSET: member -> deadline
         self._hits: dict[str, deque[float]] = {}
+        self.rate_peaks: dict[str, int] = {}  # repo: the most requests counted in one window
         self._fail_until, self._fail_status = 0.0, 503
         self._fail_retry_after: str | None = None
         self._fail_next: deque[tuple[int, str | None]] = deque()
@@ -430,6 +431,7 @@ class RelaySimulator:
         hits.append(now)
         while hits and hits[0] <= now - self.rate_window:
             hits.popleft()
+        self.rate_peaks[repo] = max(self.rate_peaks.get(repo, 0), len(hits))
         if len(hits) > self.rate_limit:
             detail, wait = f"rate limit exceeded for {repo}", self.rate_limit_retry_after
             headers = {"Retry-After": wait} if wait is not None else {}

@@ -77,6 +77,9 @@ class FakeCrcr:
     def __init__(self, dispatches: list[dict[str, Any]], runs: dict[str, list[dict[str, Any]]]):
         self.dispatches, self.runs = dispatches, runs
         self.forwarded: list[tuple[str, dict[str, Any]]] = []
+        # What the bridge told crcr when asking for each send's turn, and the waits to answer.
+        self.turns: list[dict[str, Any]] = []
+        self.waits: list[float] = []
         self.lock = threading.Lock()
         fake = self
 
@@ -107,6 +110,10 @@ class FakeCrcr:
                 if self.headers.get("Authorization") != "Token crcr-t0ken":
                     return self._reply(401, {"detail": "bad token"})
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                if urlsplit(self.path).path == "/api/relay/turn/":
+                    with fake.lock:  # a turn in the callback budget: the next scripted wait
+                        fake.turns.append(body)
+                        return self._reply(200, {"wait": fake.waits.pop(0) if fake.waits else 0})
                 backend = parse_qs(urlsplit(self.path).query).get("backend", [""])[0]
                 fake.forwarded.append((backend, body))
                 answer = {"uuid": DISPATCH_ID, "url": f"/api/dispatches/{DISPATCH_ID}/"}
@@ -336,6 +343,22 @@ def test_a_relay_outage_is_ridden_out_with_backoff(tmp_path, crcr, relay):
 
     assert done.returncode == 0, done.stderr
     assert done.stdout.count("relay answered 503") == 3
+    assert [entry.status for entry in relay.accepted] == ["in_progress", "completed"]
+
+
+def test_the_bridge_waits_for_its_turn_and_tells_crcr_of_the_relays_429(tmp_path, crcr, relay):
+    relay.dispatch("d-1", REPO, PAYLOAD)
+    relay.fail_next(1, status=429)  # the relay's own: no Retry-After
+    server = crcr([ACCEPTED], {RUN_ID: [run_state("passed", COUNTS)]})
+    server.waits = [0.5]  # the repository's budget is spent for half a second
+
+    done = bridge(tmp_path, server.url, relay.url)
+
+    assert done.returncode == 0, done.stderr
+    assert "waiting 0.5s for a turn in the repository's callback budget" in done.stdout
+    # Every send asked for its turn; the retry after the 429 told crcr, which holds the
+    # whole repository back.
+    assert server.turns == [{}, {}, {"status": 429, "retry_after": None}, {}]
     assert [entry.status for entry in relay.accepted] == ["in_progress", "completed"]
 
 

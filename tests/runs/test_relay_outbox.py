@@ -149,10 +149,12 @@ def test_in_per_job_mode_a_shard_is_completed_at_the_hud_when_it_ends_not_with_t
 
 
 def test_a_relay_down_for_a_while_delays_callbacks_and_drops_none(
-    relayed_backend, simulator, celery_worker
+    relayed_backend, simulator, celery_worker, settings
 ):
     # Twenty seconds of 503s (a relay redeploy: several retries, backing off from 2 s
-    # with jitter), then rate limiting; delivery comes up to a minute after.
+    # with jitter), then rate limiting; delivery comes up to a minute after. A 429 holds
+    # the repository back for a whole rate window: a minute scaled down to 5 s here.
+    settings.CRCR_RELAY_RATE_WINDOW_SECONDS = 5
     simulator.fail_for(20, status=503)
     simulator.fail_next(2, status=429)
     run = finished_run(relayed_backend, simulator, shards=1)

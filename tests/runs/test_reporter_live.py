@@ -182,3 +182,26 @@ def test_a_reporter_killed_mid_drain_loses_and_duplicates_nothing_on_the_hud(
     assert {c.status for c in callbacks.values()} == {"delivered"}
     # The killed reporter's claim counts for both its rows (one was sent, one not).
     assert [callbacks[sha].attempts for sha in shas] == [2, 2, 1, 1]
+
+
+def test_a_reporter_past_the_repositorys_budget_waits_for_its_turn_and_sends_all(
+    live_server, crcr_token, runtime, settings
+):
+    # The minute scaled to 3 s: crcr's budget 2 sends, the relay's limit 3.
+    settings.CRCR_RELAY_CALLBACKS_PER_MINUTE, settings.CRCR_RELAY_RATE_WINDOW_SECONDS = 2, 3
+    with RelaySimulator(
+        allowlist={REPO: "L2"}, accept_unsigned_oidc=True, rate_limit=3, rate_window=3
+    ) as relay:
+        backend = reporting_backend(relay.url)
+        ApiToken.objects.get().backends.add(backend)
+        for sha in "9abcd":
+            self_reported_run(backend, "nightly", sha * 40, ref="nightly")
+
+        reported = report(live_server, crcr_token, relay, runtime, "7001")
+        refused, peak = list(relay.refused), relay.rate_peaks[REPO]
+
+    assert reported.returncode == 0, reported.stdout + reported.stderr
+    assert "the callback budget is spent: claiming again in" in reported.stdout
+    assert sent(relay) == {(sha * 40, "acme", "completed"): 1 for sha in "9abcd"}
+    assert refused == [] and peak <= 3  # never a 429
+    assert set(RelayCallback.objects.values_list("status", flat=True)) == {"delivered"}
