@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('runs', '0022_shard_environment'),
+        ('runs', '0023_backend_participation'),
     ]
 
     operations = [
