@@ -12,7 +12,11 @@ Steps:
    as `crashed` / `timed_out`; the ids not reported yet go to a fresh process
    and the loop continues until every id has an outcome;
 3. each failure the caller wants retried is re-run alone in a fresh process up
-   to `max_attempts` in all: a pass then makes the test flaky.
+   to `max_attempts` in all: a pass then makes the test flaky;
+4. a process stopped by the device's health probe (`health_probe.POISONED_EXIT`) ends
+   the shard's attempt at once (`DevicePoisoned`): it keeps only the outcomes the device
+   vouched for (tests that did not fail, run before its last healthy probe); every other
+   test is for a fresh attempt.
 """
 
 import subprocess
@@ -22,9 +26,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from crcr_reuse import launcher
+from crcr_reuse.health_probe import POISONED_EXIT
 from crcr_reuse.launcher import PytestRun
 from crcr_reuse.outcomes import (
     FAILING,
+    Poisoning,
     Progress,
     TestRecord,
     canonical,
@@ -44,6 +50,15 @@ STARTUP_SECONDS = 300
 class ProcessFailed(Exception):
     """pytest itself failed before running any test (a broken plugin, a bad argument,
     a device that does not load): an infrastructure failure, not the tests'."""
+
+
+class DevicePoisoned(Exception):
+    """The device's health probe failed: the attempt ends as infrastructure. `kept`: the
+    first attempts the device vouched for; the rest of the shard never ran or is suspect."""
+
+    def __init__(self, poisoning: Poisoning, kept: list[TestRecord]) -> None:
+        super().__init__(poisoning.describe())
+        self.poisoning, self.kept = poisoning, kept
 
 
 @dataclass
@@ -78,6 +93,7 @@ class Executor:
         self.spec = spec
         self.should_retry = should_retry
         self.processes = 0
+        self.firsts: dict[str, TestRecord] = {}  # each test's first attempt, as they end
         self.spec.workdir.mkdir(parents=True, exist_ok=True)
 
     def run(self) -> list[TestRecord]:
@@ -90,7 +106,7 @@ class Executor:
         return attempts
 
     def _run_pinning_crashes(self, ids: list[str]) -> dict[str, TestRecord]:
-        results: dict[str, TestRecord] = {}
+        results = self.firsts
         pending = ids
         while pending:
             process = self.run_pytest(pending, self.spec.timeout)
@@ -152,9 +168,24 @@ class Executor:
         if ended and exit_code in EXIT_OK:
             check_junit(junit, reported.records.values())
         tail = log.read_bytes()[-4000:].decode(errors="replace")
+        if exit_code == POISONED_EXIT and reported.poisoned is not None:
+            raise self._poisoned(reported, reported.poisoned)
         if not reported.started and not timed_out and exit_code not in (0, 5):
             raise ProcessFailed(f"pytest exited with status {exit_code} before any test:\n{tail}")
         return ProcessResult(reported, exit_code, timed_out, tail)
+
+    def _poisoned(self, reported: Progress, poisoning: Poisoning) -> DevicePoisoned:
+        """What the attempt keeps: first attempts that did not fail (nor crash or hang),
+        outside the tests run since the probe's last healthy answer."""
+        # A retry's record never stands for a test's first attempt.
+        firsts = {**reported.records, **self.firsts}
+        suspects = set(poisoning.suspects)
+        kept = [
+            record
+            for node_id, record in firsts.items()
+            if record.outcome not in (*FAILING, "crashed", "timed_out") and node_id not in suspects
+        ]
+        return DevicePoisoned(poisoning, kept)
 
     def _watch(
         self, process: subprocess.Popen[bytes], progress: Path, timeout: float

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from crcr_reuse.launcher import PytestRun, TestEnvironment
 
-from runs.crash_pinning import Executor, ProcessFailed, ShardSpec
+from runs.crash_pinning import DevicePoisoned, Executor, ProcessFailed, ShardSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -123,3 +123,59 @@ def test_a_pytest_that_cannot_start_is_an_infrastructure_failure(tmp_path):
     )
     with pytest.raises(ProcessFailed, match="before any test"):
         Executor(spec, should_retry=lambda record: True).run()
+
+
+POISONING = textwrap.dedent(
+    """
+    import os
+    from pathlib import Path
+
+    def test_passes():
+        assert True
+
+    def test_fails():
+        assert 1 == 2, "consistently wrong"
+
+    def test_poisons_the_device():
+        Path(os.environ["DEVICE_POISONED"]).write_text("poisoned")
+        assert False, "wrong on a poisoned device"
+
+    def test_never_runs():
+        assert True
+    """
+)
+
+
+def test_a_failed_health_probe_ends_the_attempt_keeping_only_what_the_device_vouched_for(
+    tmp_path,
+):
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "test_poisoning.py").write_text(POISONING)
+    marker = tmp_path / "poisoned"
+    # The device is the marker file: healthy while it does not exist. The probe's watch
+    # is the reuse plugin's, registered here without a device (plain tests, no torch).
+    probe = f"command:test ! -e {marker}"
+    (tree / "conftest.py").write_text(
+        "from crcr_reuse.health_probe import HealthProbe, ProbeWatch\n"
+        "def pytest_configure(config):\n"
+        f"    config.pluginmanager.register(ProbeWatch(HealthProbe.parse({probe!r}), 0))\n"
+    )
+    engine = os.pathsep.join([str(ROOT), str(ROOT / "engine")])  # this checkout's engine
+    env = dict(os.environ, DEVICE_POISONED=str(marker), PYTHONPATH=engine)
+    names = ["passes", "fails", "poisons_the_device", "never_runs"]
+    spec = ShardSpec(
+        ids=[f"test_poisoning.py::test_{name}" for name in names],
+        workdir=tmp_path / "work",
+        pytest=plain_pytest(tree, env),
+    )
+    with pytest.raises(DevicePoisoned) as raised:
+        Executor(spec, should_retry=lambda record: True).run()
+    poisoned = raised.value
+    assert str(poisoned) == (
+        f"device poisoned: health probe {probe} failed after "
+        f"test_poisoning.py::test_poisons_the_device: exit status 1"
+    )
+    assert poisoned.poisoning.suspects == ("test_poisoning.py::test_poisons_the_device",)
+    # A failure on a healthy device is not kept either: it runs again in the fresh attempt.
+    assert [record.node_id for record in poisoned.kept] == ["test_poisoning.py::test_passes"]
