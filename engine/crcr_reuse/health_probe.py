@@ -32,13 +32,13 @@ from typing import Any
 
 import pytest
 
+from .progress_log import PLUGIN_NAME as PROGRESS_LOG
+
 # The exit status of a session stopped by a poisoned device (as Ascend's CI uses;
 # sysexits' EX_SOFTWARE, which pytest never uses itself).
 POISONED_EXIT = 70
 ENV_PROBE = "CRCR_REUSE_HEALTH_PROBE"
-DEFAULT_EVERY = 20  # tests between two scheduled probes
 PROBE_SECONDS = 60.0  # a probe that takes longer is a hung device: poisoned
-PROGRESS_PLUGIN = "crcr-progress-log"  # progress_log.py's registered name
 _CALLABLE = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
 
 
@@ -172,7 +172,7 @@ class ProbeWatch:
             self.since_probe, self.failed = [], False
             return
         where = f"after {after}" if after else "before the first test"
-        log = config.pluginmanager.get_plugin(PROGRESS_PLUGIN)
+        log = config.pluginmanager.get_plugin(PROGRESS_LOG)
         if log is not None:
             event = {"event": "poisoned", "probe": self.probe.spec, "after": after,
                      "reason": reason, "suspects": self.since_probe}  # fmt: skip
