@@ -11,7 +11,7 @@ from crcr_reuse.outcomes import read_progress
 from django.conf import settings
 
 from runs.models import Failure, Run, Shard
-from tests.factories import make_backend, make_config
+from tests.factories import make_backend, make_config, make_user
 from tests.runs.treeconfig import tree_config
 from tests.waiting import wait_for
 from tests.workers import SMALL, environment, finished, results_once, start_worker, stop, trigger
@@ -37,7 +37,7 @@ def attempt_dir(tmp_path, run, attempt):
 
 
 def test_a_poisoned_device_ends_the_attempt_as_infra_and_a_fresh_worker_runs_the_rest(
-    transactional_db, broker, tmp_path
+    transactional_db, broker, tmp_path, client
 ):
     assert tree_config()  # the bundled tree is there
     backend = make_backend("poisoned", health_probe=PROBE)
@@ -88,3 +88,31 @@ def test_a_poisoned_device_ends_the_attempt_as_infra_and_a_fresh_worker_runs_the
     assert run.results.get(node_id=culprit, attempt=1).outcome == "passed"
     assert not Failure.objects.filter(run=run).exists()
     assert run.status == Run.Status.PASSED
+    # The run page's shard table says which attempt the device spoiled, and why.
+    client.force_login(make_user("vera"))
+    page = client.get(f"/runs/{run.uuid}/").content.decode()
+    assert f"done: attempt 1: device poisoned: health probe {PROBE} failed after " in page
+
+
+def test_a_device_poisoned_at_every_attempt_ends_the_shard_in_error_never_red(
+    transactional_db, broker, tmp_path
+):
+    backend = make_backend("rotten", health_probe=PROBE)
+    make_config(backend, SMALL)
+    # Poisoned from its first operator: the probe before the first test fails each time.
+    always = json.dumps({"faults": [{"kind": "poison", "after_ops": 0}]})
+    env = environment(tmp_path, broker, CRCR_REFDEV_FAULTS=always, CRCR_SHARD_RETRIES="1")
+    worker = start_worker(env, "rotten", log=tmp_path / "rotten.log")
+    try:
+        trigger(env, "rotten", "e" * 40)
+        run = finished(Run.objects.get(backend=backend), timeout=600)
+    finally:
+        stop(worker)
+    shard = run.shards.get()
+    assert shard.status == Shard.Status.ERROR and shard.attempts == 2
+    assert shard.error.startswith(
+        f"gave up after 1 retries: attempt 2: device poisoned: health probe {PROBE} failed "
+        "before the first test: torch.ones(4).sum() on the device gave "
+    )
+    assert not run.results.exists()  # no test ran on the poisoned device, none is blamed
+    assert run.status == Run.Status.ERROR  # infrastructure: the HUD job is not red
