@@ -22,6 +22,7 @@ from __future__ import annotations
 import importlib
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import threading
@@ -77,8 +78,12 @@ class HealthProbe:
         )
 
     def resolve(self) -> Callable[[], Any] | None:
-        """The probe's callable (None for a command); a missing one is refused."""
+        """The probe's callable (None for a command); a missing callable or program is
+        refused (a setting to fix, not a poisoned device)."""
         if self.kind != "python":
+            program = shlex.split(self.target)[0]
+            if shutil.which(program) is None:
+                raise ProbeError(f"health probe {self.spec!r}: no program {program} here")
             return None
         module, _, name = self.target.partition(":")
         try:

@@ -107,12 +107,19 @@ def test_a_canary_command_that_fails_stops_the_session_before_the_first_test(
     assert event["after"] is None and event["suspects"] == []
 
 
-def test_a_probe_callable_that_does_not_exist_is_a_usage_error_and_nothing_runs(
-    tmp_path: Path,
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("python:crcr_reuse.nowhere:probe", "'python:crcr_reuse.nowhere:probe': No module named"),
+        ("command:no-such-canary --device 0", "'command:no-such-canary --device 0': no program"),
+    ],
+)
+def test_a_probe_that_does_not_exist_is_a_usage_error_and_nothing_runs(
+    tmp_path: Path, spec: str, message: str
 ) -> None:
-    run, entries = run_tree(tmp_path, "--reuse-health-probe=python:crcr_reuse.nowhere:probe")
+    run, entries = run_tree(tmp_path, f"--reuse-health-probe={spec}")
     assert run.returncode == 4
-    assert "health probe 'python:crcr_reuse.nowhere:probe': No module named" in run.output
+    assert f"crcr reuse: health probe {message}" in run.output
     assert entries == []
 
 
