@@ -312,6 +312,9 @@ CRCR_TEST_TIMEOUT = env_int("CRCR_TEST_TIMEOUT", 300, minimum=1)
 # (importing, collecting, loading the device, between tests) is killed and its shard retried
 # as infrastructure. A running test's silence is CRCR_TEST_TIMEOUT's alone: no overlap.
 CRCR_QUIET_TIMEOUT = env_int("CRCR_QUIET_TIMEOUT", 300, minimum=1)
+# A backend with a health probe has its device probed every this many tests (besides
+# before the first and after each failure); 0: only then.
+CRCR_HEALTH_PROBE_EVERY = env_int("CRCR_HEALTH_PROBE_EVERY", 20, minimum=0)
 # An unacknowledged task returns to the queue after this long (Redis): longer
 # than any shard, so a slow shard is never handed out twice while it runs.
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": CRCR_SHARD_TIMEOUT + 3600}

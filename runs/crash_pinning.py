@@ -15,7 +15,11 @@ Steps:
    nothing in its progress log; stuck importing, collecting, loading the device, or
    between two tests) is killed and raises `ProcessSilent`: no test is to blame;
 3. each failure the caller wants retried is re-run alone in a fresh process up
-   to `max_attempts` in all: a pass then makes the test flaky.
+   to `max_attempts` in all: a pass then makes the test flaky;
+4. a process stopped by the device's health probe (`health_probe.POISONED_EXIT`) ends
+   the shard's attempt at once (`DevicePoisoned`): it keeps only the outcomes the device
+   vouched for (tests that did not fail, run before its last healthy probe); every other
+   test is for a fresh attempt.
 """
 
 import subprocess
@@ -25,9 +29,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from crcr_reuse import launcher
+from crcr_reuse.health_probe import POISONED_EXIT
 from crcr_reuse.launcher import PytestRun
 from crcr_reuse.outcomes import (
     FAILING,
+    Poisoning,
     Progress,
     TestRecord,
     canonical,
@@ -56,6 +62,15 @@ class ProcessSilent(ProcessFailed):
     """A test process wrote nothing for the quiet limit while no test was running, and was
     killed: infrastructure (a hung import or collection, a deadlocked device driver, a dead
     plugin), not a test's verdict. The message ends with the process's last output."""
+
+
+class DevicePoisoned(Exception):
+    """The device's health probe failed: the attempt ends as infrastructure. `kept`: the
+    first attempts the device vouched for; the rest of the shard never ran or is suspect."""
+
+    def __init__(self, poisoning: Poisoning, kept: list[TestRecord]) -> None:
+        super().__init__(poisoning.describe())
+        self.poisoning, self.kept = poisoning, kept
 
 
 @dataclass
@@ -93,6 +108,7 @@ class Executor:
         self.spec = spec
         self.should_retry = should_retry
         self.processes = 0
+        self.firsts: dict[str, TestRecord] = {}  # each test's first attempt, as they end
         self.spec.workdir.mkdir(parents=True, exist_ok=True)
 
     def run(self) -> list[TestRecord]:
@@ -105,7 +121,7 @@ class Executor:
         return attempts
 
     def _run_pinning_crashes(self, ids: list[str]) -> dict[str, TestRecord]:
-        results: dict[str, TestRecord] = {}
+        results = self.firsts
         pending = ids
         while pending:
             process = self.run_pytest(pending, self.spec.timeout)
@@ -172,9 +188,24 @@ class Executor:
             # More of it: the threads' stacks it wrote on its way out say where it was stuck.
             stacks = log.read_bytes()[-SILENT_TAIL_BYTES:].decode(errors="replace")
             raise ProcessSilent(_silence_message(self.spec.quiet_timeout, tag, stacks))
+        if exit_code == POISONED_EXIT and reported.poisoned is not None:
+            raise self._poisoned(reported, reported.poisoned)
         if not reported.started and not timed_out and exit_code not in (0, 5):
             raise ProcessFailed(f"pytest exited with status {exit_code} before any test:\n{tail}")
         return ProcessResult(reported, exit_code, timed_out, tail)
+
+    def _poisoned(self, reported: Progress, poisoning: Poisoning) -> DevicePoisoned:
+        """What the attempt keeps: first attempts that did not fail (nor crash or hang),
+        outside the tests run since the probe's last healthy answer."""
+        # A retry's record never stands for a test's first attempt.
+        firsts = {**reported.records, **self.firsts}
+        suspects = set(poisoning.suspects)
+        kept = [
+            record
+            for node_id, record in firsts.items()
+            if record.outcome not in (*FAILING, "crashed", "timed_out") and node_id not in suspects
+        ]
+        return DevicePoisoned(poisoning, kept)
 
     def _watch(
         self, process: subprocess.Popen[bytes], log: Path, progress: Path, timeout: float

@@ -68,11 +68,15 @@ def write_config(run: Run) -> Path:
 
 
 def pytest_for(run: Run, tree: Path, environment: TestEnvironment | None = None) -> PytestRun:
-    """A pytest process of the run: its environment, its tree, its config, and its
-    trigger's label selection (`--reuse-labels`)."""
+    """A pytest process of the run: its environment, its tree, its config, its
+    trigger's label selection (`--reuse-labels`) and its backend's health probe."""
     environment = environment or environment_for(run, tree)
     labels = tuple(label for label in run.trigger.labels.split(",") if label)
-    return PytestRun(environment, tree, configs=[write_config(run)], labels=labels)
+    return PytestRun(
+        environment, tree, configs=[write_config(run)], labels=labels,
+        health_probe=run.backend.health_probe or None,
+        health_every=settings.CRCR_HEALTH_PROBE_EVERY if run.backend.health_probe else None,
+    )  # fmt: skip
 
 
 def collect(pytest: PytestRun) -> list[str]:

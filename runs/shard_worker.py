@@ -6,9 +6,13 @@ Steps:
 2. verify every artifact of the run by hash, and take the combination's environment
    (runs.environments: built on this host from the run's wheels, once);
 3. run the executor (crash pinning, hang watchdog, retries of failures that
-   are not deterministic) while a heartbeat thread keeps the claim fresh; a test
-   process that fails before its tests, or goes silent outside them, is an
+   are not deterministic) while a heartbeat thread keeps the claim fresh, over the
+   shard's tests without a stored result (an attempt a poisoned device ended kept some);
+   a test process that fails before its tests, or goes silent outside them, is an
    infrastructure failure: the task gives the shard back and retries it;
+   a poisoned device (its health probe failed) ends the attempt as infrastructure: the
+   outcomes the device vouched for are stored, the shard goes back to the queue with the
+   probe's verdict as its error, and a fresh attempt runs the rest;
 4. store every attempt, mark the shard done, classify its failures and queue its
    HUD job's `completed` (per-job mode) in one transaction, fold the durations into
    the history, and finish the run when it was the last shard.
@@ -18,7 +22,7 @@ import socket
 from datetime import timedelta
 from pathlib import Path
 
-from crcr_reuse.outcomes import ReportError, TestRecord, read_progress
+from crcr_reuse.outcomes import ReportError, TestRecord, canonical, read_progress
 from django.conf import settings
 from django.db import (
     close_old_connections,
@@ -41,7 +45,7 @@ from runs import (
     workfiles,
     worktrees,
 )
-from runs.crash_pinning import Executor, ProcessFailed, ShardSpec
+from runs.crash_pinning import DevicePoisoned, Executor, ProcessFailed, ShardSpec
 from runs.models import Run, Shard, TestDuration
 from runs.relay import outbox
 from runs.triage import classify
@@ -55,6 +59,11 @@ RETRY_BACKOFF_MAX = 900
 
 class InfraError(Exception):
     """The shard could not run for a reason outside the tests; the task retries."""
+
+
+class PoisonedError(InfraError):
+    """The device went bad mid-attempt: a fresh attempt (a fresh device process) runs the
+    tests it did not vouch for, at once."""
 
 
 def claims_allowed() -> int:
@@ -92,6 +101,8 @@ class Heartbeat(leases.Heartbeat):
     def __init__(self, shard: Shard, workdir: Path) -> None:
         super().__init__(self.refresh)
         self.shard, self.workdir = shard, workdir
+        # Tests an attempt that a poisoned device ended has stored already.
+        self.stored = shard.tests_stored()
 
     def refresh(self) -> None:
         Shard.objects.filter(pk=self.shard.pk, worker=self.shard.worker).update(
@@ -105,7 +116,7 @@ class Heartbeat(leases.Heartbeat):
                 done.update(read_progress(log, ended=False).records)
             except ReportError:
                 continue  # the executor reports a broken log; progress just skips it
-        return len(done)
+        return self.stored + len(done)
 
 
 def should_retry(record: TestRecord) -> bool:
@@ -137,6 +148,12 @@ def execute(shard_id: int, worker: str | None = None) -> Shard | None:
         return shard
     except ProcessFailed as error:
         raise InfraError(str(error)) from error
+    except DevicePoisoned as poisoned:
+        close_old_connections()
+        keep(shard, poisoned.kept)
+        left = len(shard.test_ids) - shard.tests_stored()
+        why = f"attempt {shard.attempts}: {poisoned}; {left} tests go to a fresh attempt"
+        raise PoisonedError(why) from poisoned
     except ReportError as error:
         # Re-running would most likely write the same broken report: fail the
         # shard with the reason instead of storing part of it.
@@ -169,8 +186,9 @@ def run_tests(
     events.shard_attempt_started.send(
         Run, run=run, shard=shard, environment=environment, built=built
     )
+    stored = set(shard.results.values_list("node_id", flat=True))
     spec = ShardSpec(
-        ids=shard.test_ids,
+        ids=[node_id for node_id in shard.test_ids if canonical(node_id) not in stored],
         workdir=workdir,
         pytest=planning.pytest_for(run, tree, environment),
         timeout=settings.CRCR_SHARD_TIMEOUT,
@@ -192,17 +210,28 @@ def store(shard: Shard, records: list[TestRecord]) -> None:
         # claim was taken over (its heartbeat went silent) stores nothing.
         done = Shard.objects.filter(
             pk=shard.pk, status=Shard.Status.RUNNING, worker=shard.worker
-        ).update(
-            status=Shard.Status.DONE,
-            finished_at=timezone.now(),
-            tests_done=len({record.node_id for record in records}),
-        )
+        ).update(status=Shard.Status.DONE, finished_at=timezone.now())
         if not done:
             return  # another worker took the shard over: its results count, not ours
         ingest.save(shard, records)
+        # An earlier attempt that a poisoned device ended may have stored some already.
+        Shard.objects.filter(pk=shard.pk).update(tests_done=shard.tests_stored())
         shard.refresh_from_db(fields=["status", "finished_at", "tests_done"])
         results.classify_failures(shard.run, shard)
         outbox.shard_finished(shard)
+
+
+def keep(shard: Shard, records: list[TestRecord]) -> None:
+    """Store what an attempt ended by a poisoned device vouched for; the shard stays
+    running until the task gives it back (`release`), for a fresh attempt."""
+    with transaction.atomic():
+        # Concurrency guard: only the worker holding the shard stores for it (a row lock
+        # until the commit: a takeover waits, then sees these results and skips them).
+        held = Shard.objects.select_for_update().filter(
+            pk=shard.pk, status=Shard.Status.RUNNING, worker=shard.worker
+        )
+        if held.exists():
+            ingest.save(shard, records)
 
 
 def fail(shard_id: int, reason: str) -> None:

@@ -77,7 +77,10 @@ def execute_shard(self, shard_id: int) -> None:
         if self.request.retries >= settings.CRCR_SHARD_RETRIES:
             shard_worker.fail(shard_id, f"gave up after {self.request.retries} retries: {error}")
             return
+        # A poisoned device needs a fresh process, not a wait: the rest goes at once.
         countdown = min(30 * 2**self.request.retries, shard_worker.RETRY_BACKOFF_MAX)
+        if isinstance(error, shard_worker.PoisonedError):
+            countdown = 0
         raise self.retry(countdown=countdown) from error
     except Exception as error:
         # Not the infrastructure's doing (a bug, a value the database refuses): keep

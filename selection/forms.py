@@ -214,8 +214,9 @@ class OnboardingForm(forms.ModelForm):
     class Meta:
         model = Backend
         fields = [
-            "slug", "name", "repository", "device_module", "version", "tracked_release",
-            "participation", "relay_url", "relay_mode", "relay_sender", "relay_token",
+            "slug", "name", "repository", "device_module", "health_probe", "version",
+            "tracked_release", "participation", "relay_url", "relay_mode", "relay_sender",
+            "relay_token",
         ]  # fmt: skip
 
     def clean_config(self) -> Any:

@@ -232,6 +232,9 @@ class PytestRun:
     resume: bool = False  # deselect the tests the progress log has an outcome for
     capture: OperatorCapture | None = None
     test_timeout: float | None = None  # the reuse plugin's per-test limit
+    # The device's health probe between tests (`health_probe.py`) and its schedule.
+    health_probe: str | None = None
+    health_every: int | None = None
     labels: Sequence[str] = ()  # the reuse plugin's label selection (--reuse-labels)
     rootdir: Path | None = None
     cwd: Path | None = None
@@ -245,7 +248,8 @@ class PytestRun:
         return bool(self.configs) or self.environment.device_module is not None
 
     def reuse_args(self) -> list[str]:
-        """The reuse plugin's options: the configs, the device, the tree, the test limit."""
+        """The reuse plugin's options: the configs, the device, the tree, the test limit,
+        the labels, the health probe."""
         if not self.uses_reuse:
             return []
         args = [
@@ -261,6 +265,10 @@ class PytestRun:
             args.append(f"--reuse-timeout={self.test_timeout:g}")
         if self.labels:
             args.append(f"--reuse-labels={','.join(self.labels)}")
+        if self.health_probe:
+            args.append(f"--reuse-health-probe={self.health_probe}")
+        if self.health_every is not None:
+            args.append(f"--reuse-health-every={self.health_every}")
         return args
 
     def argv(self) -> list[str]:

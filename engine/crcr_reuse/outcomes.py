@@ -4,7 +4,8 @@ Pure Python: no Django, no pytest. crcr's shard executor (`runs/crash_pinning.py
 and the stand-alone supervisor (`supervisor.py`) both read a process's progress
 log here, so "the test that started and never finished is the one that crashed"
 is decided in one place. The log is JSON lines: `start` and `finish` per test,
-and, in a resumed run, `collected` (the ids a process set out to run).
+in a resumed run `collected` (the ids a process set out to run), and `poisoned` when
+the device's health probe failed and stopped the process (`health_probe.py`).
 """
 
 from __future__ import annotations
@@ -74,6 +75,21 @@ def death(exit_code: int | None) -> str:
     return f"the test process exited with status {exit_code} mid-test"
 
 
+@dataclass(frozen=True)
+class Poisoning:
+    """The device's health probe failed: which probe, after which test (None: before the
+    first), why, and the tests run since its last healthy answer (canonical ids)."""
+
+    probe: str
+    after: str | None
+    reason: str
+    suspects: tuple[str, ...]
+
+    def describe(self) -> str:
+        where = f"after {self.after}" if self.after else "before the first test"
+        return f"device poisoned: health probe {self.probe} failed {where}: {self.reason}"
+
+
 @dataclass
 class Progress:
     """What a progress log says, by canonical id."""
@@ -82,6 +98,7 @@ class Progress:
     started: list[str] = field(default_factory=list)  # in the order tests started
     collected: list[str] = field(default_factory=list)  # the latest resumed process's
     spelled: dict[str, str] = field(default_factory=dict)  # the id as pytest spelled it
+    poisoned: Poisoning | None = None
 
     def unfinished(self) -> str | None:
         """The last test that started without an outcome: the crashing or hanging one."""
@@ -118,6 +135,13 @@ def _add(progress: Progress, entry: dict) -> None:
     event = entry.get("event")
     if event == "collected":
         progress.collected = [canonical(node_id) for node_id in entry["node_ids"]]
+        return
+    if event == "poisoned":
+        after = entry["after"]
+        progress.poisoned = Poisoning(
+            str(entry["probe"]), canonical(after) if after else None, str(entry["reason"]),
+            tuple(canonical(node_id) for node_id in entry["suspects"]),
+        )  # fmt: skip
         return
     node_id = canonical(entry["node_id"])
     progress.spelled.setdefault(node_id, entry["node_id"])

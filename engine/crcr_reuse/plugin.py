@@ -6,7 +6,8 @@ options and imports neither torch nor the rest of this package.
 
     pytest -p crcr_reuse --reuse-config cfg.yaml [--reuse-config more.yaml] \\
         [--reuse-device MODULE] [--reuse-ids shard.txt] [--reuse-json report.json] \\
-        [--reuse-timeout SECONDS] [--reuse-labels smoke,core] [--junitxml junit.xml] [-n 2]
+        [--reuse-timeout SECONDS] [--reuse-labels smoke,core] [--junitxml junit.xml] [-n 2] \\
+        [--reuse-health-probe python:MODULE:FUNCTION|command:PROGRAM] [--reuse-health-every N]
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 import pytest
 
 SESSION_PLUGIN = "crcr_reuse_session"
+PROBE_PLUGIN = "crcr_reuse_health_probe"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -60,6 +62,20 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="SECONDS",
         help="per-test time limit (a hang fails the test)",
     )
+    group.addoption(
+        "--reuse-health-probe",
+        metavar="SPEC",
+        help="device health probe run between tests: python:MODULE:FUNCTION or "
+        "command:PROGRAM [ARGS] (default: $CRCR_REUSE_HEALTH_PROBE); when it fails the "
+        "session stops with exit status 70",
+    )
+    group.addoption(
+        "--reuse-health-every",
+        type=int,
+        default=20,
+        metavar="N",
+        help="also probe every N tests (0: only before the first test and after failures)",
+    )
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -76,6 +92,27 @@ def pytest_load_initial_conftests(
 
     session = ReuseSession.start(namespace)
     early_config.pluginmanager.register(session, SESSION_PLUGIN)
+    if not session.controller:  # an xdist controller runs no test: its workers probe
+        _watch_health(early_config, namespace)
     if not namespace.file_or_dir:
         # No paths given: collect what the config (or the shard's id list) names.
         args.extend(session.default_paths())
+
+
+def _watch_health(config: pytest.Config, namespace: Any) -> None:
+    """Register the health probe's watch when a probe is set; a bad setting stops the
+    session before any test (a usage error naming it)."""
+    import os
+
+    from .health_probe import ENV_PROBE, HealthProbe, ProbeError, ProbeWatch
+
+    spec = namespace.reuse_health_probe or os.environ.get(ENV_PROBE, "")
+    if not spec.strip():
+        return
+    if namespace.reuse_health_every < 0:
+        raise pytest.UsageError("crcr reuse: --reuse-health-every must be 0 or more")
+    try:
+        watch = ProbeWatch(HealthProbe.parse(spec), namespace.reuse_health_every)
+    except ProbeError as error:
+        raise pytest.UsageError(f"crcr reuse: {error}") from None
+    config.pluginmanager.register(watch, PROBE_PLUGIN)

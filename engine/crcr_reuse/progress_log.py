@@ -29,6 +29,7 @@ import pytest
 from .outcomes import ReportError, canonical, read_progress
 
 MESSAGE_LIMIT = 8_000
+PLUGIN_NAME = "crcr-progress-log"  # the log's registered name (the health probe writes to it)
 ITEM_MARKERS = pytest.StashKey[list[str]]()
 STACKS_SIGNAL = signal.SIGUSR1
 
@@ -152,4 +153,4 @@ def pytest_configure(config: pytest.Config) -> None:
             log = ProgressLog(path, resume=config.getoption("--crcr-progress-resume"))
         except ReportError as error:
             raise pytest.UsageError(f"--crcr-progress-resume: {error}") from None
-        config.pluginmanager.register(log, "crcr-progress-log")
+        config.pluginmanager.register(log, PLUGIN_NAME)

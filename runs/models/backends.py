@@ -1,5 +1,6 @@
 """Backends: the out-of-tree accelerator backends crcr tests and reports for."""
 
+from crcr_reuse.health_probe import HealthProbe, ProbeError
 from django.core.exceptions import ValidationError
 from django.db import models
 from django.utils import timezone
@@ -8,6 +9,16 @@ from runs.relay import delivery, policy
 
 # The dispatch kinds (`Dispatch.kind_of`) a nightly-only backend takes.
 NIGHTLY_KINDS = ("nightly", "release")
+
+
+def validate_health_probe(spec: str) -> None:
+    """A health probe setting the test processes could use (its syntax; the callable or
+    program itself is looked for in the test process, which stops with a usage error)."""
+    if spec.strip():
+        try:
+            HealthProbe.parse(spec)
+        except ProbeError as error:
+            raise ValidationError(str(error)) from None
 
 
 class Backend(models.Model):
@@ -40,6 +51,15 @@ class Backend(models.Model):
     name = models.CharField(max_length=200)
     device_module = models.CharField(
         max_length=200, help_text="Python module that registers the privateuse1 backend"
+    )
+    health_probe = models.CharField(
+        max_length=300,
+        blank=True,
+        validators=[validate_health_probe],
+        help_text="the device's health probe, run between tests: python:MODULE:FUNCTION or "
+        "command:PROGRAM [ARGS]; when it fails the shard's attempt ends as infrastructure and "
+        "a fresh attempt runs the rest. Empty: no probe. The reference device's: "
+        "python:crcr_reuse.reference_device:probe",
     )
     repository = models.CharField(max_length=200, help_text="owner/name on GitHub")
     version = models.CharField(max_length=100, default="0.0.0")

@@ -78,6 +78,10 @@ class Shard(models.Model):
     def test_counts(self) -> dict[str, int]:
         return self.results.all().counts()
 
+    def tests_stored(self) -> int:
+        """How many of its tests have a stored result (each once, whatever its attempts)."""
+        return self.results.values("node_id").distinct().count()
+
     def chart_bar(self) -> "Bar":
         from runs.charts import Bar
 

@@ -24,6 +24,7 @@ EXPECTED = "expected-outcomes.json"
 # The bundled tree's hanging test ends by the plugin's limit, not the caller's.
 TEST_TIMEOUT = "10"
 KEPT_VARIABLES = ("PATH", "HOME", "LANG", "LC_ALL")
+PROBE = "python:crcr_reuse.reference_device:probe"
 
 
 def outcomes(python: str, tree: Path, scratch: Path) -> dict[str, str]:
@@ -41,6 +42,9 @@ def outcomes(python: str, tree: Path, scratch: Path) -> dict[str, str]:
         "--reuse-config", str(tree / "crcr-config.yaml"),
         "--reuse-device", "crcr_reuse.reference_device",
         "--reuse-timeout", TEST_TIMEOUT, "test",
+        # The device's health probe after every test: it never mistakes a test's own
+        # fault (a crash, a hang, a deviating op) for a poisoned device.
+        "--reuse-health-probe", PROBE, "--reuse-health-every", "1",
     ]  # fmt: skip
     done = subprocess.run(
         command, cwd=tree, env=environment, capture_output=True, text=True, timeout=600

@@ -112,9 +112,11 @@ def run_pytest(
     )
 
 
-def run_python(code: str, env: dict[str, str] | None = None, timeout: int = 120) -> Run:
+def run_python(
+    code: str, env: dict[str, str] | None = None, timeout: int = 120, args: list[str] | None = None
+) -> Run:
     done = subprocess.run(
-        [sys.executable, "-c", code],
+        [sys.executable, "-c", code, *(args or [])],
         cwd=ROOT,
         env=env or clean_env(),
         capture_output=True,

@@ -40,6 +40,18 @@ def test_a_backend_and_its_first_config_are_created_together(tmp_path, capsys):
     assert "created backend spyre (IBM Spyre) with config v1" in capsys.readouterr().out
 
 
+def test_a_backend_names_its_device_health_probe_and_a_bad_one_is_refused(tmp_path):
+    with pytest.raises(CommandError) as refused:
+        add(tmp_path, CRCR, "--health-probe", "torch_spyre.health:probe")
+    assert (
+        "health_probe: health probe 'torch_spyre.health:probe': write python:MODULE:FUNCTION"
+        in (str(refused.value))
+    )
+    assert not Backend.objects.exists() and not ConfigVersion.objects.exists()
+    add(tmp_path, CRCR, "--health-probe", "python:torch_spyre.health:probe")
+    assert Backend.objects.get(slug="spyre").health_probe == "python:torch_spyre.health:probe"
+
+
 def test_a_spyre_config_is_imported_with_its_report(tmp_path, capsys):
     add(tmp_path, SPYRE, "--config-format", "spyre")
     version = ConfigVersion.objects.get(backend__slug="spyre")

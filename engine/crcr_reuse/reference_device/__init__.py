@@ -3,7 +3,8 @@
 Importing this module registers the backend (name ``privateuseone``). Which aten
 operators have kernels: ``default_ops.txt`` next to this file, or the file named
 by ``CRCR_REFDEV_OPS``; ``CRCR_REFDEV_DISABLE`` (comma-separated) removes some.
-Faults: see ``faults.py`` (``CRCR_REFDEV_FAULTS``).
+Faults: see ``faults.py`` (``CRCR_REFDEV_FAULTS``). Its health probe, for the reuse
+plugin's ``--reuse-health-probe``: ``python:crcr_reuse.reference_device:probe``.
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ ENV_OPS = "CRCR_REFDEV_OPS"
 ENV_DISABLE = "CRCR_REFDEV_DISABLE"
 DEFAULT_OPS_FILE = Path(__file__).with_name("default_ops.txt")
 
-__all__ = ["BACKEND_NAME", "FAULTS", "as_cpu", "operator_names", "registered", "to_device"]
+__all__ = [
+    "BACKEND_NAME", "FAULTS", "as_cpu", "operator_names", "probe", "registered", "to_device",
+]  # fmt: skip
 
 
 def operator_names() -> list[str]:
@@ -30,6 +33,14 @@ def operator_names() -> list[str]:
     ]
     disabled = {name.strip() for name in os.environ.get(ENV_DISABLE, "").split(",")}
     return [name for name in names if name and name not in disabled]
+
+
+def probe() -> str | None:
+    """The device's health probe: a sum it must get right (None when it does)."""
+    import torch
+
+    total = torch.ones(4, device=BACKEND_NAME).sum().item()
+    return None if total == 4.0 else f"torch.ones(4).sum() on the device gave {total}, not 4.0"
 
 
 register_backend()

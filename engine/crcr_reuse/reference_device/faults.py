@@ -11,6 +11,13 @@ text itself when it starts with ``{`` or ``[``)::
       - op: lcm
         kind: crash          # crash: SIGSEGV by default, or signal: abort
         signal: abort
+      - kind: poison         # the whole device goes bad: once it has run this many
+        after_ops: 400       # compute operators (counted in this process), every
+        amount: 0.5          # floating result is off by `amount`, until the process ends
+
+A poisoned device is what the device's health probe (``probe`` in ``__init__.py``)
+catches; a fresh process starts with a healthy device, as a real device's fresh
+context does.
 
 The profile is read lazily, on the first kernel call, so a test tree's conftest
 may still set the variable. Without the variable, a profile a build baked into the
@@ -31,7 +38,9 @@ from typing import Any
 
 ENV_FAULTS = "CRCR_REFDEV_FAULTS"
 BUILT_FAULTS = Path(__file__).with_name("built_faults.yaml")
-KINDS = ("deviation", "crash", "hang")
+KINDS = ("deviation", "crash", "hang", "poison")
+# A poison rule names no operator: it is kept under this key.
+EVERY_OP = "*"
 
 
 @dataclass(frozen=True)
@@ -41,6 +50,7 @@ class Fault:
     dtypes: frozenset[str] = frozenset()
     amount: float = 0.5
     signal: str = "segv"
+    after_ops: int = 0  # poison only
 
 
 class FaultProfileError(ValueError):
@@ -81,6 +91,8 @@ def _load(text: str, origin: str) -> Any:
 
 
 def _parse_rule(rule: Any, where: str) -> Fault:
+    if isinstance(rule, dict) and rule.get("kind") == "poison":
+        return _parse_poison(rule, where)
     if not isinstance(rule, dict) or "op" not in rule or "kind" not in rule:
         raise FaultProfileError(f"{where}: needs 'op' and 'kind'")
     unknown = set(rule) - {"op", "kind", "dtypes", "amount", "signal"}
@@ -100,11 +112,22 @@ def _parse_rule(rule: Any, where: str) -> Fault:
     )
 
 
+def _parse_poison(rule: dict[str, Any], where: str) -> Fault:
+    unknown = set(rule) - {"kind", "after_ops", "amount"}
+    if unknown:
+        raise FaultProfileError(f"{where}: unknown key(s) {sorted(unknown)} for kind poison")
+    after = rule.get("after_ops")
+    if isinstance(after, bool) or not isinstance(after, int) or after < 0:
+        raise FaultProfileError(f"{where}: poison needs 'after_ops', a whole number 0 or more")
+    return Fault(op=EVERY_OP, kind="poison", amount=float(rule.get("amount", 0.5)), after_ops=after)
+
+
 class FaultTable:
     """Faults by operator, loaded from the environment on first use."""
 
     def __init__(self) -> None:
         self._faults: dict[str, list[Fault]] | None = None
+        self._ops = 0  # compute operators run in this process, for a poison rule
 
     def load(self) -> dict[str, list[Fault]]:
         if self._faults is None:
@@ -127,6 +150,19 @@ class FaultTable:
             if not fault.dtypes or fault.dtypes & dtypes:
                 return fault
         return None
+
+    def poison(self) -> Fault | None:
+        """Count one compute operator; the poison rule once the device has run more than
+        its `after_ops` (it stays poisoned), else None."""
+        rules = self.load().get(EVERY_OP)
+        if not rules:
+            return None
+        self._ops += 1
+        if self._ops <= rules[0].after_ops:
+            return None
+        if self._ops == rules[0].after_ops + 1:
+            sys.stderr.write(f"crcr reference device: poisoned after {rules[0].after_ops} ops\n")
+        return rules[0]
 
 
 def trigger(fault: Fault, op_name: str) -> None:

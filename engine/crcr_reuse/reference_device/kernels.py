@@ -151,6 +151,9 @@ def compute_kernel(op: torch._ops.OpOverload) -> Callable[..., Any]:
             return _resizing_out_call(op, out_names, args, kwargs)
         if fault is not None:
             _deviate(result, fault.amount)
+        poisoned = FAULTS.poison()
+        if poisoned is not None:
+            _deviate(result, poisoned.amount)
         return _device_results(result, aliases)
 
     return kernel

@@ -20,6 +20,10 @@ class Command(BaseCommand):
         parser.add_argument(
             "--device-module", required=True, help="module registering the privateuse1 device"
         )
+        parser.add_argument(
+            "--health-probe", default="",
+            help="the device's health probe: python:MODULE:FUNCTION or command:PROGRAM [ARGS]",
+        )  # fmt: skip
         parser.add_argument("--config", required=True, type=Path, help="the first config file")
         parser.add_argument(
             "--config-format", choices=onboarding.FORMATS, default="crcr",
@@ -56,6 +60,7 @@ class Command(BaseCommand):
             "name": options["name"],
             "repository": options["repository"],
             "device_module": options["device_module"],
+            "health_probe": options["health_probe"],
             "version": options["backend_version"],
             "tracked_release": options["tracked_release"],
             "participation": options["participation"],
