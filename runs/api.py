@@ -73,6 +73,13 @@ def _refuse(error: intake.IntakeError) -> Response:
 
 
 def _backend_for(request: Request) -> Backend:
+    """The backend a machine call names (or the only one); its token must act for it."""
+    backend = _named_backend(request)
+    check_backend(request, backend)
+    return backend
+
+
+def _named_backend(request: Request) -> Backend:
     slug = request.query_params.get("backend") or request.headers.get("X-CRCR-Backend")
     if slug:
         try:
@@ -102,7 +109,6 @@ class DispatchIntakeAPI(TokenAPIView):
         try:
             intake.check_size(request.META.get("CONTENT_LENGTH"))
             backend = _backend_for(request)
-            check_backend(request, backend)
             raw = request.body
             received = intake.receive(backend, intake.parse_json(raw), raw, Dispatch.Source.CRCR)
         except intake.IntakeError as error:
@@ -252,7 +258,6 @@ class CallbackClaimAPI(TokenAPIView):
             backend = _backend_for(request)
         except intake.IntakeError as error:
             return _refuse(error)
-        check_backend(request, backend)
         if backend.relay_sender != Backend.RelaySender.ACTIONS:
             problem = (
                 f"backend {backend.slug!r} sends its HUD callbacks from crcr's relay worker "
@@ -294,7 +299,6 @@ class RelayTurnAPI(TokenAPIView):
             backend = _backend_for(request)
         except intake.IntakeError as error:
             return _refuse(error)
-        check_backend(request, backend)
         serializer = RelayTurnSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data

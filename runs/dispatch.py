@@ -147,7 +147,7 @@ def receive(backend: Backend, body: dict[str, Any], raw: bytes, source: str) -> 
     if not serializer.is_valid():
         raise IntakeError(400, flatten_errors(serializer.errors))
     data = serializer.validated_data
-    fields = Dispatch.fields_from_payload(data["event_type"], data["payload"])
+    fields = Dispatch.fields_from_payload(data["event_type"], data["fields"])
     # A kind the backend does not take is stored with the reason and never gated.
     kind = Dispatch.kind_of(data["event_type"], fields["base_ref"])
     refusal = backend.refusal(kind, fields["base_ref"])

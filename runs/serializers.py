@@ -110,7 +110,9 @@ class DispatchSerializer(serializers.Serializer):
         payload = PAYLOAD_SERIALIZERS[attrs["event_type"]](data=attrs["payload"])
         if not payload.is_valid():
             raise serializers.ValidationError({"payload": payload.errors})
-        return attrs
+        # The payload is stored as sent; its columns are read from the typed fields
+        # (a `ref` sent as 7 is the text "7", as the field accepted it).
+        return attrs | {"fields": payload.validated_data}
 
 
 class DispatchOutSerializer(serializers.Serializer):

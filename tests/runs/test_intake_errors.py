@@ -7,7 +7,7 @@ import json
 import pytest
 
 from runs.models import Dispatch
-from tests.dispatches import pr_dispatch
+from tests.dispatches import pr_dispatch, push_dispatch
 from tests.factories import make_token, make_user
 
 pytestmark = pytest.mark.django_db
@@ -97,6 +97,18 @@ def test_a_dispatch_of_github_size_is_accepted(client, backend, machine_token, u
     body["payload"]["pull_request"]["title"] = "Faster lgamma \U0001f680"
     assert post(client, machine_token, body).status_code == 202
     assert Dispatch.objects.get().payload["pull_request"]["title"].endswith("\U0001f680")
+
+
+def test_a_ref_sent_as_a_number_is_read_as_the_text_the_field_accepted(
+    client, backend, machine_token
+):
+    """The payload is kept as sent, its columns come from the typed fields (a float `ref`
+    once reached `str.startswith` as a float: a 500)."""
+    body = push_dispatch()
+    body["payload"]["ref"] = 2.5
+    assert post(client, machine_token, body).status_code == 202
+    stored = Dispatch.objects.get()
+    assert (stored.base_ref, stored.payload["ref"], stored.kind) == ("2.5", 2.5, "push")
 
 
 @pytest.mark.parametrize("role", ["viewer", "reviewer", None])
