@@ -19,7 +19,7 @@ from tests.workers import (
     trigger,
 )
 
-QUIET_SECONDS = 90  # past a loaded host's silent start (importing torch's test machinery)
+QUIET_SECONDS = 60  # past a loaded host's silent start (importing torch's test machinery, ~10 s)
 
 # Appended to the tree's conftest: a shard's test process (the one with a progress log;
 # planning's collection has none) waits on a "device" for ever the first time only.
