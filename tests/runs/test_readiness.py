@@ -157,6 +157,8 @@ def test_the_hud_page_shows_where_each_job_stands(client, backend):
     page = client.get("/").content.decode()
 
     assert "L3 readiness" in page
-    assert '95.0 % <span class="margin">meets, +5.0</span>' in page
+    assert '95.0 % <span class="margin">meets, 5.0 to spare</span>' in page
     assert '15.0 % <span class="margin">misses by 5.0</span>' in page
+    # The backend's two jobs together: 36 of 40 green, exactly the bar, which is not above it.
+    assert '90.0 % <span class="margin">misses: at the bar</span>' in page
     assert "no finished job" not in page

@@ -23,7 +23,7 @@ def test_the_readiness_panel_reads_by_colour_at_each_width(page, width):
     expect(page.get_by_role("heading", name="L3 readiness")).to_be_visible()
     late = panel.locator("tr", has_text="acme (backend 0.9")
     green = panel.locator("tr", has_text="acme").filter(has_not_text="0.9").nth(1)
-    expect(green.locator("td").nth(1)).to_contain_text("95.0 % meets, +5.0")
+    expect(green.locator("td").nth(1)).to_contain_text("95.0 % meets, 5.0 to spare")
     expect(late.locator("td").nth(2)).to_contain_text("15.0 % misses by 5.0")
 
     def background(cell):
