@@ -124,7 +124,9 @@ def one_file(source: Path, limit: int) -> dict[str, object]:
         in_scope=source.name in " ".join(summary["stage1"].get("included", [])),
         captured=f"{summary['capture']['tests']} tests / {summary['capture']['variants']} variants",
         modes=dict(modes),
-        device=summary["stage4"] if device else f"left out ({variants} variants > {limit})",
+        device=_stage4(summary["stage4"])
+        if device
+        else f"left out ({variants} variants > {limit})",
         seconds=round(time.monotonic() - started),
     )
     return row
@@ -164,6 +166,14 @@ def main() -> int:
             flush=True,
         )
     return 1 if failed else 0
+
+
+def _stage4(figures: dict[str, int]) -> str:
+    """Stage 4's figures in words: variants run, tests they stand for, proposals corrected."""
+    return (
+        f"{figures['ran']} variants of {figures.get('tests', 0)} tests run, "
+        f"{figures.get('corrected', 0)} proposals corrected"
+    )
 
 
 if __name__ == "__main__":
