@@ -52,6 +52,10 @@ class ChangeError(Exception):
     """The change cannot take this action; the message says why and what to do."""
 
 
+class AlreadyApproved(ChangeError):
+    """The reviewer approved this revision already: a second Approve changes nothing."""
+
+
 class NeedsRebase(ChangeError):
     """The backend got a newer config version since the change was opened."""
 
@@ -195,7 +199,17 @@ def may_approve(change: ConfigChange, user: Any) -> str | None:
         return f"this config PR is {change.get_status_display()}"
     if not can_review(user):
         return "approving needs the reviewer role"
-    return _second_person(change, user, "approve")
+    return _own_approval(change, user) or _second_person(change, user, "approve")
+
+
+def _own_approval(change: ConfigChange, user: Any) -> str | None:
+    """When the user approved the change's current revision already, when and how."""
+    approval = change.approvals.filter(reviewer_id=user.pk, revision=change.revision).first()
+    if approval is None:
+        return None
+    when = timezone.localtime(approval.created_at)
+    said = f", saying “{approval.comment}”" if approval.comment else ""
+    return f"you approved this revision on {when:%Y-%m-%d %H:%M}{said}"
 
 
 def may_merge(change: ConfigChange, user: Any) -> str | None:
@@ -225,10 +239,13 @@ def _check_revision(change: ConfigChange, revision: str, action: str) -> None:
 def approve(change: ConfigChange, user: Any, revision: str, comment: str = "") -> ConfigApproval:
     """Record the user's approval of `revision`, which must be the change's current one."""
     change = ConfigChange.objects.select_related("base").get(pk=change.pk)
+    _check_revision(change, revision, "approve")
+    earlier = _own_approval(change, user)
+    if earlier:
+        raise AlreadyApproved(earlier)
     refusal = may_approve(change, user)
     if refusal:
         raise ChangeError(refusal)
-    _check_revision(change, revision, "approve")
     # No lock: a rebase landing between the check and the write leaves an approval of
     # the old revision, which merge() does not count.
     approval, _ = ConfigApproval.objects.update_or_create(

@@ -8,6 +8,7 @@ from django.db.models import Max
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
+from django.utils.text import capfirst
 from django.views.decorators.http import require_http_methods, require_POST
 
 from crcr_site.lib.access import reviewer_required
@@ -110,6 +111,8 @@ def configchange_approve(request: HttpRequest, uuid: str) -> HttpResponse:
         configprs.approve(
             change, request.user, form.cleaned_data["revision"], form.cleaned_data["comment"]
         )
+    except configprs.AlreadyApproved as error:
+        messages.info(request, f"{capfirst(str(error))}: nothing changed.")
     except configprs.ChangeError as error:
         messages.error(request, f"Not approved: {error}.")
     else:

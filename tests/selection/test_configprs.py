@@ -300,3 +300,20 @@ def test_the_merged_version_downloads_as_yaml_and_as_a_patch(client, setup):
     patch = response.content.decode()
     assert "diff --git a/crcr-config.yaml b/crcr-config.yaml" in patch
     assert "+        - names: [TestPlainMath::test_sum]" in patch
+
+
+def test_a_second_approve_changes_nothing_and_says_so(client, setup):
+    backend, _, rita, otto = setup
+    approved(backend, "test_sum")
+    change = configprs.open_change(backend, rita)
+    client.force_login(otto)
+    url = reverse("selection:configchange_approve", args=[change.uuid])
+    client.post(url, {"revision": change.revision, "comment": "read every line"})
+    page = client.post(url, {"revision": change.revision, "comment": ""}, follow=True)
+    text = page.content.decode()
+    approval = ConfigApproval.objects.get()
+    assert approval.comment == "read every line"  # the first approval's comment stays
+    assert "You approved this revision on " in text and "nothing changed." in text
+    # The page offers no second Approve: it says who approved, and when.
+    assert 'action="' + url + '"' not in text
+    assert "saying “read every line”" in text
