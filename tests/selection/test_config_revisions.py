@@ -103,7 +103,9 @@ def test_the_page_shows_the_revision_and_its_forms_carry_it(client, setup):
     client.force_login(otto)
     html = client.get(url("detail", change)).content.decode()
     assert f'<dt>Revision</dt><dd><code title="{change.revision}">{change.revision[:12]}<' in html
-    assert html.count(f'<input type="hidden" name="revision" value="{change.revision}">') == 2
+    # The merge form carries it; otto's approval of this revision stands where Approve was.
+    assert html.count(f'<input type="hidden" name="revision" value="{change.revision}">') == 1
+    assert "You approved this revision on " in html
     change = edited(change)
     html = client.get(url("detail", change)).content.decode()
     assert "otto approved revision " in html and "not the current one" in html
