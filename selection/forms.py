@@ -8,6 +8,7 @@ from django.db import connection
 from django.db.models import Exists, OuterRef, Q, QuerySet, Subquery
 
 from runs.models import Backend
+from selection import flaky
 from selection.models import OpUsage, Proposal, UpstreamTest
 
 
@@ -240,3 +241,24 @@ class OnboardingForm(forms.ModelForm):
         form.is_valid()
         form.errors.pop("config", None)  # "required": the file was sent, and checked
         return form
+
+
+class FlakyFilterForm(forms.Form):
+    """The flaky tests page's window and backend (GET parameters)."""
+
+    days = forms.TypedChoiceField(
+        label="Time range", coerce=int, required=False, initial=7,
+        choices=[(days, "last 24 hours" if days == 1 else f"last {days} days")
+                 for days in flaky.WINDOWS],
+    )  # fmt: skip
+    backend = forms.ModelChoiceField(
+        label="Backend", queryset=Backend.objects.order_by("slug"), to_field_name="slug",
+        required=False, empty_label="every backend",
+    )  # fmt: skip
+
+    def choice(self) -> tuple[int, str]:
+        """The window and backend's slug asked for; an invalid one reads as the default
+        (every backend, 7 days) and its error is shown beside its control."""
+        self.is_valid()  # a field in error is left out of cleaned_data
+        backend = self.cleaned_data.get("backend")
+        return self.cleaned_data.get("days") or 7, backend.slug if backend else ""
