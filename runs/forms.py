@@ -1,4 +1,5 @@
 import re
+from typing import Any
 
 from django import forms
 
@@ -81,13 +82,17 @@ class MetricsForm(forms.Form):
     """The metrics page's window and backend, read from the query string."""
 
     days = forms.TypedChoiceField(
-        label="Time range", coerce=int, required=False, initial=30,
+        label="Time range", coerce=int, required=False,
         choices=[(days, f"last {days} days") for days in metrics.METRICS_DAYS],
     )  # fmt: skip
     backend = forms.ModelChoiceField(
         label="Backend", queryset=Backend.objects.order_by("slug"), to_field_name="slug",
         required=False, empty_label="every backend",
     )  # fmt: skip
+
+    def __init__(self, data: Any) -> None:
+        # The window shown when none is asked for is the one the select shows.
+        super().__init__({"days": "30", **data.dict()})
 
     def choice(self) -> tuple[int, str]:
         """The window and backend's slug asked for; an invalid one reads as the default

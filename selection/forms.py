@@ -247,7 +247,7 @@ class FlakyFilterForm(forms.Form):
     """The flaky tests page's window and backend (GET parameters)."""
 
     days = forms.TypedChoiceField(
-        label="Time range", coerce=int, required=False, initial=7,
+        label="Time range", coerce=int, required=False,
         choices=[(days, "last 24 hours" if days == 1 else f"last {days} days")
                  for days in flaky.WINDOWS],
     )  # fmt: skip
@@ -255,6 +255,10 @@ class FlakyFilterForm(forms.Form):
         label="Backend", queryset=Backend.objects.order_by("slug"), to_field_name="slug",
         required=False, empty_label="every backend",
     )  # fmt: skip
+
+    def __init__(self, data: Any) -> None:
+        # The window shown when none is asked for is the one the select shows.
+        super().__init__({"days": "7", **data.dict()})
 
     def choice(self) -> tuple[int, str]:
         """The window and backend's slug asked for; an invalid one reads as the default

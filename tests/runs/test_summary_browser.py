@@ -88,6 +88,8 @@ def test_the_metrics_page_charts_pr_against_nightly(page, width):
     expect(totals.locator("tr", has_text="Nightly").locator("td")).to_have_text(
         ["1", "1", "0", "100.0 %"]
     )
+    expect(page.get_by_label("Time range")).to_have_value("30")  # the window counted
+    expect(totals.locator("thead")).to_contain_text("Last 30 days")
     charts = page.locator("svg.chart.daily")
     expect(charts).to_have_count(3)
     for n in range(3):
@@ -117,5 +119,6 @@ def test_the_flaky_page_lists_the_demo_flaky_test(page, width):
     expect(row).to_have_count(1)
     expect(row).to_contain_text("TestFlaky::test_flaky_counter")
     expect(row).to_contain_text("not proposed yet")
+    expect(page.get_by_label("Time range")).to_have_value("7")  # the window listed
     fits(page, width)
     page.screenshot(path=f"/tmp/metrics-flaky-{width}.png", full_page=True)
