@@ -92,7 +92,8 @@ def rerun_detail(request: HtmxHttpRequest, uuid: str) -> HttpResponse:
         "rerun": made,
         "planned": planned,
         "rows": rows,
-        "changed": sum(not row.same for row in rows),
+        "changed": sum(not row.same and not row.waiting for row in rows),
+        "waiting": sum(row.waiting for row in rows),
         "nav": "runs",
     }
     if request.htmx:
