@@ -39,8 +39,13 @@ def bundle_create(request: HttpRequest, uuid: str) -> HttpResponse:
     if not form.is_valid() or not run.is_finished:
         messages.error(request, "A bundle is built once the run has finished.")
         return redirect("reproducibility:record_detail", uuid=run.uuid)
-    bundle = bundles.request(run, form.cleaned_data["include_artifacts"], user=request.user)
-    messages.success(request, f"Bundle {bundle.get_status_display()}.")
+    # The bundle's links point at the server it is asked from (else CRCR_PUBLIC_URL).
+    bundle = bundles.request(
+        run, form.cleaned_data["include_artifacts"], request.user, request.build_absolute_uri("/")
+    )
+    # Said once, in words that stay true: the section below shows its status live.
+    shown = "" if bundle.is_done else ": its row below shows when it is ready"
+    messages.success(request, f"Bundle requested{shown}.")
     return redirect("reproducibility:record_detail", uuid=run.uuid)
 
 
