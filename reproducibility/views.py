@@ -28,6 +28,8 @@ def record_detail(request: HtmxHttpRequest, uuid: str) -> HttpResponse:
     form = AttemptFilterForm(request.GET)
     outcome = form.cleaned_data["outcome"] if form.is_valid() else ""
     context = summary.context(run, outcome) | {"filter": form, "bundle_form": BundleForm()}
+    # Only wheels stored as files can go inside a bundle (an installed torch cannot).
+    context["stored_wheels"] = run.artifacts.exclude(file="").count()
     return render(request, "reproducibility/record_detail.html", context | {"nav": "runs"})
 
 

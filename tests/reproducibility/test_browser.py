@@ -53,6 +53,7 @@ def test_a_requested_bundle_reads_ready_without_a_reload_and_nothing_says_pendin
     page.set_viewport_size({"width": width, "height": 900})
     sign_in(page, "rita")
     page.goto(f"/runs/{run.uuid}/reproducibility/")
+    expect(page.locator(".bundle-wheels-note")).to_contain_text("can only reference them")
     page.get_by_label(re.compile("wheels", re.I)).check()
     page.get_by_role("button", name="Build a bundle").click()
     section = page.locator("#bundles")
