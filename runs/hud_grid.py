@@ -143,7 +143,7 @@ class Cell:
         return TONES.get(self.letter, "grey")
 
     @property
-    def title(self) -> list[str]:
+    def details(self) -> list[str]:
         """The lines of its details (on hover and on focus): job, status, attribution and
         attempt; queue time and duration; tests passed of the total; earlier attempts; a
         bundle's re-run of it, reproduced or not."""
@@ -552,7 +552,7 @@ def _show(cell: Cell, run_url: list[str], rerun_url: list[str]) -> Shown:
     run = cell.run
     retried = " retried" if len(cell.attempts) > 1 else ""
     link = f"{run_url[0]}{run.uuid}{run_url[1]}"
-    tip = "<br>".join(escape(line) for line in cell.title)
+    tip = "<br>".join(escape(line) for line in cell.details)
     # The log: the run page's failures (a red run) or its shards, until a log page exists.
     tip += f'<br><a class="log" href="{link}#{"failures" if cell.tone == "red" else "progress"}">log</a>'
     repro = ""
