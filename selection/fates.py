@@ -16,7 +16,7 @@ generic test by the engine's own rule (`static_scan.generic_name`). Steps of `re
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import astuple, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +35,8 @@ from selection.models import ConfigVersion, InventorySnapshot, Proposal, TestFil
 # from there, the loader matches the config's paths against the inventory's list.
 TREE = "/torch-tree"
 SKIPPED, UNLISTED, DESELECTED = "skipped", "unlisted", "deselected"
-ROWS_PER_FILE = 200  # of a file's left-out tests listed on the run page
+ROWS_PER_FILE = 100  # of a file's left-out tests listed on the run page
+ROWS_SHOWN = 1500  # of all files' (the rest are counted, and found by the test search)
 KEPT = 24 * 3600  # seconds a finished run's list stays in the cache
 
 
@@ -262,14 +263,58 @@ def _left_out(run: Any, with_deselected: bool) -> RunLeftOut | None:
     snapshot = snapshot_of([run.test_suite_sha, run.pytorch_sha])
     if snapshot is None:
         return None
-    reading = read(run.config_version, snapshot)
-    if reading.rules is None:
-        return RunLeftOut([], [], snapshot.pytorch_sha, reading.problem)
+    version = run.config_version
+    found = decided(version, snapshot)
+    if isinstance(found, str):
+        return RunLeftOut([], [], snapshot.pytorch_sha, found)
+    tests, unlisted = found
     ran = set(run.results.values_list("file_path", "class_name", "test_name").distinct())
+    reading = Reading(version, None)  # its links
+    files: dict[str, FileLeftOut] = {}
+    shown = 0
+    for test in tests:
+        fate = test.fate or (DESELECTED if with_deselected else "")
+        if not fate or (fate == DESELECTED and astuple(test.key) in ran):
+            continue
+        entry = files.setdefault(test.key.file_path, FileLeftOut(test.key.file_path))
+        entry.counts[fate] = entry.counts.get(fate, 0) + 1
+        if len(entry.tests) < ROWS_PER_FILE and shown < ROWS_SHOWN:
+            shown += 1
+            entry.tests.append(
+                LeftOut(test.key, fate, test.mode, test.reason, test.line,
+                        reading.line_url(test.line), reading.blame_url(test.line))
+            )  # fmt: skip
+    return RunLeftOut(list(files.values()), unlisted, snapshot.pytorch_sha)
+
+
+@dataclass(frozen=True)
+class Decided:
+    """An inventory test as a config decides it: its fate when the config leaves it out
+    (else ""), its mode, the reason shown for it and the deciding line."""
+
+    key: TestKey
+    fate: str
+    mode: str
+    reason: str
+    line: int
+
+
+def decided(
+    version: ConfigVersion, snapshot: InventorySnapshot
+) -> tuple[list[Decided], list[tuple[str, int]]] | str:
+    """Every inventory test of the files the config lists as it decides it, and the files it
+    lists not (with their tests); or why the config cannot be read. A version and a snapshot
+    never change: kept in the cache (a 10,000-entry config takes a second to read)."""
+    key = f"config-fates:{version.sha256}:{snapshot.pk}"
+    if (kept := cache.get(key)) is not None:
+        return kept
+    reading = read(version, snapshot)
+    if reading.rules is None:
+        return reading.problem
     tests = UpstreamTest.objects.filter(file__snapshot=snapshot).order_by(
         "file__path", "class_name", "line", "test_name"
     )
-    files: dict[str, FileLeftOut] = {}
+    out: list[Decided] = []
     unlisted: dict[str, int] = {}
     for path, cls, name in tests.values_list("file__path", "class_name", "test_name"):
         test = TestKey(path, cls, name)
@@ -277,27 +322,13 @@ def _left_out(run: Any, with_deselected: bool) -> RunLeftOut | None:
         if decision is None:
             unlisted[path] = unlisted.get(path, 0) + 1
             continue
-        fate = _fate(decision, (path, cls, name) in ran, with_deselected)
-        if fate is None:
-            continue
-        entry = files.setdefault(path, FileLeftOut(path))
-        entry.counts[fate] = entry.counts.get(fate, 0) + 1
-        if len(entry.tests) < ROWS_PER_FILE:
-            line = where(decision)
-            why = reason(decision) if fate != DESELECTED else _deselected(decision)
-            entry.tests.append(
-                LeftOut(test, fate, decision.mode, why, line, reading.line_url(line),
-                        reading.blame_url(line))
-            )  # fmt: skip
-    return RunLeftOut(list(files.values()), sorted(unlisted.items()), snapshot.pytorch_sha)
-
-
-def _fate(decision: Decision, ran: bool, with_deselected: bool) -> str | None:
-    if decision.mode == "skip":
-        return SKIPPED if decision.entry is not None else UNLISTED
-    if with_deselected and not ran:
-        return DESELECTED
-    return None
+        left = decision.mode == "skip"
+        fate = (SKIPPED if decision.entry is not None else UNLISTED) if left else ""
+        why = reason(decision) if left else _deselected(decision)
+        out.append(Decided(test, fate, decision.mode, why, where(decision)))
+    found = (out, sorted(unlisted.items()))
+    cache.set(key, found, timeout=KEPT)
+    return found
 
 
 def _deselected(decision: Decision) -> str:

@@ -233,3 +233,18 @@ def test_the_queue_search_finds_a_proposal_by_the_name_a_run_gives_its_test(clie
 
     assert "hangs the device&#x27;s queue" in html
     assert "an unrelated proposal" not in html
+
+
+@pytest.mark.django_db
+def test_a_file_with_more_left_out_tests_than_listed_says_how_many_more(client, monkeypatch):
+    from selection import fates
+
+    run = planted_run()
+    monkeypatch.setattr(fates, "ROWS_PER_FILE", 2)
+
+    html = page(client, f"/runs/{run.uuid}/")
+
+    plain = html.partition("<code>test/test_plain_reuse.py</code>")[2].partition("</details>")[0]
+    assert "5 unlisted" in plain and "1 deselected" in plain
+    assert plain.count("<tr><td>") == 2
+    assert "… and 4 more" in plain
