@@ -93,6 +93,7 @@ def test_the_run_page_lists_per_file_what_the_config_left_out_with_reason_and_li
 
     html = page(client, f"/runs/{run.uuid}/")
 
+    assert re.search(r'<dt>Left out by the config</dt><dd><a href="#left-out">17 tests</a>', html)
     rows = left_out_rows(html)
     hangs = rows["TestPlantedFaults::test_cumprod_hangs"]
     assert "skipped" in hangs and ">skip<" in hangs
@@ -248,3 +249,12 @@ def test_a_file_with_more_left_out_tests_than_listed_says_how_many_more(client, 
     assert "5 unlisted" in plain and "1 deselected" in plain
     assert plain.count("<tr><td>") == 2
     assert "… and 4 more" in plain
+
+
+@pytest.mark.django_db
+def test_a_test_s_page_is_for_signed_in_people_only(client):
+    planted_run()
+
+    response = client.get("/tests/?q=TestPlantedFaults::test_cumprod_hangs")
+
+    assert response.status_code == 302 and response["Location"].startswith("/accounts/login/")
