@@ -188,7 +188,7 @@ def read(version: ConfigVersion, snapshot: InventorySnapshot | None) -> Reading:
         )  # fmt: skip
     except ConfigError as error:
         problem = "; ".join(message for _, message in error.problems[:3])
-        return Reading(version, None, problem.replace(TREE + "/", ""))
+        return Reading(version, None, "could not be read: " + problem.replace(TREE + "/", ""))
     return Reading(version, Rules(config))
 
 
@@ -380,8 +380,11 @@ def fates(keys: list[TestKey], backends: list[Any]) -> list[Fate]:
     out = []
     for backend in backends:
         version = latest.get(backend.pk)
-        reading = read(version, snapshot) if version is not None and keys else None
-        out += [_decided(Fate(backend, key, version), reading) for key in keys]
+        reading = read(version, snapshot) if version is not None and keys and snapshot else None
+        made = [_decided(Fate(backend, key, version), reading) for key in keys]
+        for fate in made if version is not None and snapshot is None else ():
+            fate.problem = "no inventory of the upstream tests yet, to read the config over"
+        out += made
     by_test = Q()
     for key in keys:
         by_test |= Q(file_path=key.file_path, class_name=key.class_name, test_name=key.test_name)

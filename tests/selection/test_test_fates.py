@@ -258,3 +258,19 @@ def test_a_test_s_page_is_for_signed_in_people_only(client):
     response = client.get("/tests/?q=TestPlantedFaults::test_cumprod_hangs")
 
     assert response.status_code == 302 and response["Location"].startswith("/accounts/login/")
+
+
+@pytest.mark.django_db
+def test_without_an_inventory_the_test_page_says_so_and_still_shows_the_decisions(client):
+    backend = make_backend("reference", name="Reference device")
+    make_config(backend, CONFIG)
+    make_proposal(
+        backend, file_path="test/test_planted_faults.py", class_name="TestPlantedFaults",
+        test_name="test_cumprod_hangs", mode=Proposal.Mode.SKIP, reason="hangs the device's queue",
+    )  # fmt: skip
+
+    html = page(client, "/tests/?q=TestPlantedFaultsPRIVATEUSE1::test_cumprod_hangs_privateuseone")
+
+    assert "Config v1: no inventory of the upstream tests yet" in html
+    assert "hangs the device&#x27;s queue</td>" in html
+    assert "could not be read" not in html
