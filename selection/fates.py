@@ -27,6 +27,7 @@ from django.core.cache import cache
 from django.db.models import Q
 from django.urls import reverse
 
+from runs.models import Run, TestResult
 from selection.configdescriptions import line_url
 from selection.configwriter import file_key
 from selection.models import ConfigVersion, InventorySnapshot, Proposal, TestFile, UpstreamTest
@@ -366,8 +367,6 @@ class Fate:
 def fates(keys: list[TestKey], backends: list[Any]) -> list[Fate]:
     """Each backend's fate of each test: one query for the latest configs, one for the
     proposals (with their events and config PRs), one for the runs and one for outcomes."""
-    from runs.models import Run, TestResult
-
     latest = {
         version.backend_id: version
         for version in ConfigVersion.objects.filter(backend__in=backends)
@@ -385,11 +384,16 @@ def fates(keys: list[TestKey], backends: list[Any]) -> list[Fate]:
         for fate in made if version is not None and snapshot is None else ():
             fate.problem = "no inventory of the upstream tests yet, to read the config over"
         out += made
+    if keys:
+        _with_history(out, keys, backends)
+    return out
+
+
+def _with_history(out: list[Fate], keys: list[TestKey], backends: list[Any]) -> None:
+    """Give each fate the proposals about its test and its outcomes in the latest runs."""
     by_test = Q()
     for key in keys:
         by_test |= Q(file_path=key.file_path, class_name=key.class_name, test_name=key.test_name)
-    if not keys:
-        return out
     proposals = list(
         Proposal.objects.filter(by_test, backend__in=backends)
         .select_related("reviewer", "config_change")
@@ -417,7 +421,6 @@ def fates(keys: list[TestKey], backends: list[Any]) -> list[Fate]:
         for fate in out:
             if fate.backend.pk == result.run.backend_id and _is(result, fate.key):
                 fate.outcomes.append(result)
-    return out
 
 
 def _is(row: Any, key: TestKey) -> bool:
