@@ -8,7 +8,7 @@ from django.db import connection
 from django.db.models import Exists, OuterRef, Q, QuerySet, Subquery
 
 from runs.models import Backend
-from selection import flaky
+from selection import fates, flaky
 from selection.models import OpUsage, Proposal, UpstreamTest
 
 
@@ -86,8 +86,17 @@ class QueueFilterForm(forms.Form):
             words = Q()
             for field in ("file_path", "class_name", "test_name", "reason"):
                 words |= Q(**{f"{field}__icontains": data["q"]})
-            proposals = proposals.filter(words)
+            proposals = proposals.filter(words | _named_test(data["q"]))
         return proposals.order_by(*self.SORTS[data.get("sort") or "test"])
+
+
+def _named_test(text: str) -> Q:
+    """Proposals about the generic test a test id names in any of its forms, as a run names
+    it (`TestFooPRIVATEUSE1::test_bar_privateuseone_float32`) included (`fates.resolve`)."""
+    named = Q()
+    for key in fates.resolve(fates.parse(text))[:50]:
+        named |= Q(file_path=key.file_path, class_name=key.class_name, test_name=key.test_name)
+    return named
 
 
 # Each backend's distinct file paths, one index probe a path (a skip scan of the
@@ -266,3 +275,11 @@ class FlakyFilterForm(forms.Form):
         self.is_valid()  # a field in error is left out of cleaned_data
         backend = self.cleaned_data.get("backend")
         return self.cleaned_data.get("days") or 7, backend.slug if backend else ""
+
+
+class TestSearchForm(forms.Form):
+    """The header's test search: a test id in any of its forms, or a config's name pattern."""
+
+    __test__ = False  # not a pytest test class
+
+    q = forms.CharField(required=False, max_length=500, label="Find a test", strip=True)

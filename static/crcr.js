@@ -178,3 +178,12 @@
     if (cell && !cell.contains(event.relatedTarget)) cell.classList.remove("tip-hidden");
   });
 })();
+/* The header's test search: "/" puts the cursor in it (ignored while typing in a field). */
+(function () {
+  document.addEventListener("keydown", function (event) {
+    if (event.key !== "/" || event.ctrlKey || event.metaKey || event.altKey) return;
+    if (event.target.closest && event.target.closest("input, textarea, select, [contenteditable]")) return;
+    var box = document.querySelector("form.test-search input");
+    if (box) { event.preventDefault(); box.focus(); }
+  });
+})();
