@@ -19,11 +19,14 @@ from typing import Any
 
 import torch
 
+from . import native
 from .backend import BACKEND_NAME, as_cpu, new_empty, new_empty_strided, to_device
-from .faults import FaultTable, trigger
+from .faults import EVERY_OP, FaultTable, trigger
 
 CPU_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
 DISPATCH_KEY = "PrivateUse1"
+DELEGATE_KEY = "PrivateUse2"  # where the C++ kernels find the Python ones (native.py)
+NATIVE_MEMORY_KERNELS = frozenset({"empty.memory_format", "empty_strided", "_copy_from"})
 FAULTS = FaultTable()
 
 # Operators whose CPU kernel only rewrites metadata over the input's storage.
@@ -293,13 +296,23 @@ def _needs_kernel(op: torch._ops.OpOverload) -> bool:
 
 
 def register_kernels(op_names: Iterable[str]) -> list[str]:
-    """Register kernels for every overload of the named operators; return what was registered."""
+    """Register kernels for every overload of the named operators; return what was registered.
+
+    With the C++ kernels (``native.py``) the compute, metadata and hot memory kernels
+    are C++; each compute operator's Python kernel is registered too, under the
+    PrivateUse2 key, for the calls the C++ kernel hands over (a fault profile's
+    operators, a poisoned device, out= outputs that must grow)."""
     global _library
     if _library is None:
         _library = torch.library.Library("aten", "IMPL")  # noqa: TOR901
+    fast = native.load()
     registered = []
+    if fast is not None:
+        fast.configure(sorted(CROSS_DEVICE_OPS), _delegate_faults(fast))
+        fast.register_memory()
     for name, kernel in MEMORY_KERNELS.items():
-        _library.impl(name, kernel, DISPATCH_KEY)
+        if fast is None or name not in NATIVE_MEMORY_KERNELS:
+            _library.impl(name, kernel, DISPATCH_KEY)
         registered.append(name)
     for name in ("_copy_from", "_copy_from_and_resize"):
         # Our copy reads conjugate/negative views itself; resolving them first would
@@ -312,7 +325,24 @@ def register_kernels(op_names: Iterable[str]) -> list[str]:
             qualified = packet if overload == "default" else f"{packet}.{overload}"
             if qualified in MEMORY_KERNELS or not _needs_kernel(op):
                 continue
-            kernel = metadata_kernel(op) if packet in METADATA_OPS else compute_kernel(op)
-            _library.impl(op, kernel, DISPATCH_KEY)
+            if fast is None:
+                kernel = metadata_kernel(op) if packet in METADATA_OPS else compute_kernel(op)
+                _library.impl(op, kernel, DISPATCH_KEY)
+            elif packet in METADATA_OPS:
+                fast.register_metadata(qualified)
+            else:
+                fast.register_compute(qualified)
+                _library.impl(op, compute_kernel(op), DELEGATE_KEY)
             registered.append(qualified)
     return registered
+
+
+def _delegate_faults(fast: Any) -> Callable[[], None]:
+    """Called once, by the first C++ kernel call: the operators a fault profile names go
+    to the Python kernels (all of them when the device may be poisoned)."""
+
+    def prepare() -> None:
+        faults = FAULTS.load()
+        fast.set_delegated(sorted(set(faults) - {EVERY_OP}), EVERY_OP in faults)
+
+    return prepare
