@@ -163,11 +163,20 @@ def _confirm_bulk(
     filters chose them, and the ones a person edited by hand (listed, so none is decided
     unseen); the same POST with `confirmed=yes` does it."""
     status = Proposal.Status.APPROVED if approve else Proposal.Status.REJECTED
-    changing = review.reviewable(matching).exclude(status=status)
+    reviewable = review.reviewable(matching)
+    changing = reviewable.exclude(status=status)
     edited = changing.filter(events__action=ProposalEvent.Action.EDITED).distinct()
+    # The queue's button counted every match: the page says how many of them change and
+    # why the others do not, so its numbers and the button's agree.
+    matched, count = matching.count(), changing.count()
+    fixed = matched - reviewable.count()
     context = {
         "decision": "approve" if approve else "reject",
-        "count": changing.count(),
+        "count": count,
+        "matched": matched,
+        "others": matched - count,
+        "decided_already": matched - fixed - count,
+        "fixed": fixed,
         "filters": {k: v for k, v in form.cleaned_data.items() if v},
         "edited": edited.order_by("file_path", "test_name")[:50],
         "edited_count": edited.count(),
