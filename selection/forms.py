@@ -182,8 +182,25 @@ class ConfigApprovalForm(ConfigRevisionForm):
     comment = forms.CharField(required=False, max_length=2000, widget=forms.Textarea)
 
 
+class TextAreaField(forms.CharField):
+    """A textarea's text with its line breaks as the browser counted them: a browser counts
+    a break as one character against `maxlength` and sends it as two (CR LF)."""
+
+    def to_python(self, value: Any) -> Any:
+        value = super().to_python(value)
+        return value.replace("\r\n", "\n") if isinstance(value, str) else value
+
+
 class ConfigCommentForm(forms.Form):
-    body = forms.CharField(max_length=5000, widget=forms.Textarea, label="Comment")
+    body = TextAreaField(
+        max_length=5000,
+        widget=forms.Textarea,
+        label="Comment",
+        error_messages={
+            "required": "a comment needs some text",
+            "max_length": "a comment is at most 5000 characters; this one has %(show_value)s",
+        },
+    )
 
 
 class OpenChangeForm(forms.Form):
