@@ -8,7 +8,7 @@ from django.db import connection
 from django.db.models import Exists, OuterRef, Q, QuerySet, Subquery
 
 from runs.models import Backend
-from selection.models import OpUsage, Proposal, UpstreamTest
+from selection.models import OpUsage, Proposal, SelectionRun, UpstreamTest
 
 
 class ReviewForm(forms.Form):
@@ -44,12 +44,16 @@ class QueueFilterForm(forms.Form):
     stage = forms.ChoiceField(required=False, choices=_any(Proposal.Stage.choices))
     status = forms.ChoiceField(required=False, choices=_any(Proposal.Status.choices))
     sort = forms.ChoiceField(required=False, choices=[(key, key) for key in SORTS])
+    # The proposals one selection run made (its page's and the operators page's links):
+    # no control of its own, the queue names the run instead.
+    run = forms.UUIDField(required=False, widget=forms.HiddenInput)
 
     # Filters a reviewer rarely sets: folded under "More filters" on the queue.
     MORE = ("backend", "file", "klass", "dtype", "stage")
+    HIDDEN = ("run",)
 
     def main_fields(self) -> list[forms.BoundField]:
-        return [self[name] for name in self.fields if name not in self.MORE]
+        return [self[name] for name in self.fields if name not in self.MORE + self.HIDDEN]
 
     def more_fields(self) -> list[forms.BoundField]:
         return [self[name] for name in self.MORE]
@@ -72,6 +76,9 @@ class QueueFilterForm(forms.Form):
         for name in ("mode", "stage", "status"):
             if data.get(name):
                 proposals = proposals.filter(**{name: data[name]})
+        if data.get("run"):  # the run's id as a value, as the backend's above
+            run = SelectionRun.objects.filter(uuid=data["run"]).values("pk")[:1]
+            proposals = proposals.filter(selection_run=Subquery(run))
         if data.get("file"):  # part of a path, as a reviewer pastes it from a log
             paths = paths_containing(data["file"], data.get("backend") or None)
             proposals = proposals.filter(file_path__in=paths) if paths else proposals.none()

@@ -18,7 +18,7 @@ from crcr_site.lib.htmx import HtmxHttpRequest
 from crcr_site.lib.paging import page_of
 from selection import configdescriptions, configprs, evidence, review
 from selection.forms import ProposalEditForm, QueueFilterForm, ReviewForm
-from selection.models import Proposal, ProposalEvent
+from selection.models import Proposal, ProposalEvent, SelectionRun
 
 PAGE_SIZE = 25
 # Built once (never evaluated here, only cloned): building the rows' subqueries on every
@@ -42,12 +42,21 @@ def proposal_list(request: HtmxHttpRequest) -> HttpResponse:
     context = {
         "form": form,
         "page": page,
+        "from_run": _run_filtered(form) if valid else None,
         "filters": _filters(request.GET),
         "ready": configprs.ready(),
         "nav": "review",
     }
     template = "selection/proposal_list.html" + ("#queue" if request.htmx else "")
     return render(request, template, context, status=200 if valid else 400)
+
+
+def _run_filtered(form: QueueFilterForm) -> SelectionRun | None:
+    """The selection run whose proposals the queue is filtered to, named above it."""
+    uuid = form.cleaned_data.get("run")
+    return (
+        SelectionRun.objects.select_related("backend").filter(uuid=uuid).first() if uuid else None
+    )
 
 
 def _filters(data: QueryDict) -> str:

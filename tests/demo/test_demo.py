@@ -59,3 +59,23 @@ def test_the_demo_leaves_a_config_pr_of_what_the_device_verified(db):
         configprs.approve(change, admin, change.revision)
     configprs.approve(change, second, change.revision)
     assert configprs.merge(change, second, change.revision).number == 2
+
+
+def test_the_demo_says_what_its_selection_proposed_in_words(db, tmp_path, monkeypatch):
+    from io import StringIO
+
+    from demo.management.commands.demo import Command
+    from tests.factories import make_backend, make_config
+    from tests.selection.test_pipeline import HELPERS, HELPERS_PARENT, write_tree
+
+    tree = write_tree(tmp_path, {"test/test_helpers.py": HELPERS})
+    monkeypatch.setattr(main_job, "BUNDLED_TREE", tree)  # a small tree: the same stages
+    main_job.create_demo_user()
+    backend = make_backend("reference", extension_points=["eager"])
+    make_config(backend, HELPERS_PARENT)
+    out = StringIO()
+    Command(stdout=out).select(backend)
+    said = out.getvalue()
+    line = next(line for line in said.splitlines() if line.strip().startswith("proposals:"))
+    assert line.strip().endswith("already decided"), said
+    assert "{" not in said and "'created'" not in said
