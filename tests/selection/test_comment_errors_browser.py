@@ -27,12 +27,12 @@ def test_a_refused_comment_is_said_by_its_box_in_words_and_a_long_one_with_break
     page.set_viewport_size({"width": width, "height": height})
     sign_in(page, "rita")
     page.goto(reverse("selection:configchange_detail", args=[change.uuid]))
-    box = page.locator("#comment textarea[name=body]")
+    box = page.locator("textarea[name=body]")
 
     # Whitespace passes the browser's `required`, not crcr's.
     box.fill("   ")
     page.get_by_role("button", name="Comment", exact=True).click()
-    error = page.locator("#comment [role=alert]")
+    error = page.locator("form:has(textarea[name=body]) [role=alert]")
     expect(error).to_have_text("a comment needs some text")
     expect(error).to_have_css("color", RED)
     expect(page.get_by_role("navigation", name="main")).to_be_visible()
