@@ -30,6 +30,7 @@ def test_a_release_branch_the_clone_lacks_is_refused_without_the_clones_path(
         page.get_by_text("branch 'release/9.9' does not exist in the PyTorch clone")
     ).to_be_visible()
     text = page.locator("main").inner_text()
+    assert "suite_GROUP, a config label" in text  # the help text whole (not "suite_, a…")
     clone = settings.CRCR_UPSTREAM.removeprefix("git:")
     assert clone not in text and str(upstream.path) not in text
     assert str(settings.VAR_DIR) not in text and str(settings.BASE_DIR) not in text
