@@ -40,6 +40,7 @@ def test_the_bulk_confirmation_counts_what_its_button_counted_and_says_why_some_
         "The other 2 are left as they are: 1 approved already, 1 in a config PR or merged."
     )
     fits(page, width)
+    page.screenshot(path=f"/tmp/findings-bulk-{width}.png")
     page.get_by_role("button", name="Approve 3").click()
     expect(page.get_by_text("3 proposals approved.")).to_be_visible()
 
