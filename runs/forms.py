@@ -22,7 +22,7 @@ class TriggerForm(forms.Form):
     labels = forms.CharField(
         max_length=200, required=False,
         help_text="run only the tests these labels select, as Torch Spyre's TEST_TYPE "
-        "(smoke, core, suite_<group>, a config label; comma-separated); empty: all",
+        "(smoke, core, suite_GROUP, a config label; comma-separated); empty: all",
     )  # fmt: skip
 
     def clean(self) -> dict:

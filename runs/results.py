@@ -64,9 +64,9 @@ def status_of(run: Run, failures: list[Failure]) -> str:
     return Run.Status.PASSED
 
 
-def last_green_outcomes(run: Run, node_ids: Collection[str]) -> dict[str, str]:
-    """Final outcome of each of `node_ids` in the job's last green run (empty when none).
-    A later attempt ran only some shards: the last green run is a first attempt."""
+def last_green_outcomes(run: Run, node_ids: Collection[str]) -> dict[str, str] | None:
+    """Final outcome of each of `node_ids` in the job's last green run (None when the job
+    has none). A later attempt ran only some shards: the last green run is a first attempt."""
     green = (
         Run.objects.filter(
             job_name=run.job_name, backend=run.backend, status=Run.Status.PASSED, retry_of=None
@@ -75,7 +75,9 @@ def last_green_outcomes(run: Run, node_ids: Collection[str]) -> dict[str, str]:
         .order_by("-created_at")
         .first()
     )
-    if green is None or not node_ids:
+    if green is None:
+        return None
+    if not node_ids:
         return {}
     final: dict[str, str] = {}
     rows = green.results.filter(node_id__in=list(node_ids)).order_by("attempt")
@@ -117,16 +119,18 @@ def classify_failures(run: Run, shard: Shard | None = None) -> list[Failure]:
 
 
 def _failure(
-    run: Run, tries: list[TestResult], green: dict[str, str], disabled: DisabledTests | None
+    run: Run, tries: list[TestResult], green: dict[str, str] | None, disabled: DisabledTests | None
 ) -> Failure:
     """One test's failure (unsaved): its first failing attempt classified, and a verdict."""
     first = next(t for t in tries if t.outcome in TestResult.FAILING)
     node_id = first.node_id
     found = classify(first.message)
     category = OUTCOME_CATEGORY.get(first.outcome, found.category)
-    before = green.get(node_id)
+    before = None if green is None else green.get(node_id)
     last_green = (
-        LastGreen.ABSENT
+        LastGreen.NO_GREEN_RUN
+        if green is None
+        else LastGreen.ABSENT
         if before is None
         else LastGreen.FAILED
         if before in TestResult.FAILING

@@ -220,7 +220,8 @@ class LastGreen(StrEnum):
 
     PASSED = "passed"
     FAILED = "failed"
-    ABSENT = "absent"
+    ABSENT = "absent"  # the job has a green run, without this test
+    NO_GREEN_RUN = "no green run"  # the job has no green run to compare with
 
 
 @dataclass(frozen=True)
@@ -246,7 +247,7 @@ def decide_verdict(
     3. `known`: PyTorch has disabled the test (the issue is carried along);
     4. `known`: it already failed in the job's last green run;
     5. `regression`: it passed there, or it was not there (a new test has no
-       baseline that excuses its failure).
+       baseline that excuses its failure), or the job has no green run yet.
     """
     category, last_green = Category(category), LastGreen(last_green)
     if category is Category.INFRA:
@@ -263,6 +264,8 @@ def decide_verdict(
         return VerdictResult(Verdict.KNOWN, "it already failed in the last green run")
     if last_green is LastGreen.PASSED:
         return VerdictResult(Verdict.REGRESSION, "it passed in the last green run")
+    if last_green is LastGreen.NO_GREEN_RUN:  # the run's attribution says the same
+        return VerdictResult(Verdict.REGRESSION, "the job has no earlier green run to excuse it")
     return VerdictResult(Verdict.REGRESSION, "it is new since the last green run")
 
 

@@ -7,6 +7,7 @@ the commits between two SHAs (for bisecting).
 
 import http.client
 import json
+import os
 import re
 import subprocess
 import time
@@ -22,6 +23,7 @@ SHA_RE = re.compile(r"^[0-9a-f]{40}$")
 # The nightly branch's head commit message names its source: "… (<40-hex sha>)".
 NIGHTLY_SOURCE_RE = re.compile(r"\(([0-9a-f]{40})\)")
 BRANCH_RE = re.compile(r"^(main|master|nightly|viable/strict|release/\d+\.\d+)$")
+CLONE = "the PyTorch clone (CRCR_UPSTREAM)"
 
 
 class UpstreamError(Exception):
@@ -69,7 +71,8 @@ def validate_branch(branch: str) -> str:
 
 @dataclass
 class LocalGitResolver:
-    """Answers from a PyTorch clone on disk (its local branches or origin's)."""
+    """Answers from a PyTorch clone on disk (its local branches or origin's). Its errors
+    call it "the PyTorch clone": they are shown on pages, where a server path is not."""
 
     path: Path
 
@@ -82,9 +85,10 @@ class LocalGitResolver:
             check=False,
         )
         if completed.returncode != 0:
-            raise UpstreamError(
-                f"git {' '.join(args)} failed in {self.path}: {completed.stderr.strip()}"
-            )
+            said = completed.stderr.strip()
+            for root in sorted({str(self.path), os.path.realpath(self.path)}, key=len)[::-1]:
+                said = said.replace(root, CLONE)
+            raise UpstreamError(f"git {' '.join(args)} failed in {CLONE}: {said}")
         return completed.stdout
 
     def branch_head(self, branch: str) -> str:
@@ -94,7 +98,7 @@ class LocalGitResolver:
                 return self._git("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}").strip()
             except UpstreamError:
                 continue
-        raise UpstreamError(f"branch {branch!r} does not exist in {self.path}")
+        raise UpstreamError(f"branch {branch!r} does not exist in {CLONE}")
 
     def pr_landed(self, number: int, base: str) -> bool:
         # PyTorch's merge bot writes "Pull Request resolved: …/pull/N" into the
@@ -135,7 +139,8 @@ class GitHubResolver:
             raise self._http_error(path, error) from None
         except (OSError, http.client.HTTPException) as error:
             # Refused, reset, timed out or cut short: the gate retries with backoff.
-            raise UpstreamError(f"GitHub {path}: {error!r}") from None
+            reason = getattr(error, "reason", None) or error or type(error).__name__
+            raise UpstreamError(f"GitHub {path} could not be reached: {reason}") from None
         except ValueError as error:
             raise UpstreamError(
                 f"GitHub {path} answered something that is not JSON: {error}"

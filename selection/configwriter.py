@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -404,8 +405,18 @@ def _copied(suite: Any, key: str, lines: list[str]) -> list[str]:
 
 def validate(text: str, tree: Path) -> Any:
     """Load the text with the reuse framework's strict loader as a config at the tree's root
-    (relative `path`s are from there), writing nothing; ConfigError names problems."""
-    from crcr_reuse.loader import load_text
+    (relative `path`s are from there), writing nothing; ConfigError names problems, the
+    tree as `${TORCH_ROOT}` (its problems are shown on pages: no server path in them)."""
+    from crcr_reuse.loader import ConfigError, load_text
     from crcr_reuse.merge import merge_configs
 
-    return merge_configs([load_text(text, "config.yaml", {"TORCH_ROOT": str(tree)}, tree)])
+    try:
+        return merge_configs([load_text(text, "config.yaml", {"TORCH_ROOT": str(tree)}, tree)])
+    except ConfigError as error:
+        roots = sorted({str(tree), os.path.realpath(tree)}, key=len, reverse=True)
+        problems = []
+        for pos, message in error.problems:
+            for root in roots:
+                message = message.replace(root, ROOT_TOKEN.rstrip("/"))
+            problems.append((pos, message))
+        raise ConfigError(problems) from None

@@ -122,5 +122,18 @@ def _enable(
     }
 
 
+def latest_runs(backend: Backend, packets: list[str]) -> dict[str, SelectionRun]:
+    """The newest "enable an operator" run of each of `packets` on the backend, by packet
+    (one query: PostgreSQL's DISTINCT ON the argument, newest first)."""
+    runs = (
+        SelectionRun.objects.filter(
+            backend=backend, kind=SelectionRun.Kind.ENABLE_OP, argument__in=packets
+        )
+        .order_by("argument", "-created_at")
+        .distinct("argument")
+    )
+    return {run.argument: run for run in runs}
+
+
 def index_knows(packet: str) -> bool:
     return bool(opindex.tests_using(packet))

@@ -1,7 +1,8 @@
 """A proposal's evidence read for its page, as sections a reviewer decides on.
 
 - operators used: the operator index's rows for the test (under test or helper), with the
-  ones the evidence says the device lacks marked; the evidence alone when never captured;
+  ones the evidence says the device lacks marked; the evidence alone when never captured,
+  and whether the capture ran it (`captured`), so an empty list says which it means;
 - restrictions: the device restrictions the evidence (or the inventory) recorded;
 - device result: stage 4's counts and its failures, each with the end of its log;
 - similar tests: the tests of the same file closest in meaning (the inventory's stored
@@ -21,7 +22,15 @@ SIMILAR_SHOWN = 8
 LOG_LINES = 12
 # Evidence keys a section of the page shows; the others are listed as they are in the queue.
 COVERED = frozenset(
-    {"unsupported_ops", "waiting_on", "restrictions", "device", "cpu_failure", "capture"}
+    {
+        "unsupported_ops",
+        "waiting_on",
+        "restrictions",
+        "device",
+        "cpu_failure",
+        "capture",
+        "captured",
+    }
 )
 
 
@@ -48,6 +57,7 @@ class Similar:
 @dataclass
 class Sections:
     operators: list[Used]
+    captured: bool | None  # whether the operator capture ran the test (None: not recorded)
     restrictions: list[str]
     device: dict[str, Any] | None
     failures: list[dict[str, Any]]
@@ -80,6 +90,7 @@ def sections(proposal: Proposal) -> Sections:
     capture = ev.get("capture") if isinstance(ev.get("capture"), dict) else None
     return Sections(
         operators=operators(proposal),
+        captured=ev["captured"] if isinstance(ev.get("captured"), bool) else None,
         restrictions=[str(item) for item in restrictions],
         device=device,
         failures=failures,

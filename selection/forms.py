@@ -9,7 +9,7 @@ from django.db.models import Exists, OuterRef, Q, QuerySet, Subquery
 
 from runs.models import Backend
 from selection import fates, flaky
-from selection.models import OpUsage, Proposal, UpstreamTest
+from selection.models import OpUsage, Proposal, SelectionRun, UpstreamTest
 
 
 class ReviewForm(forms.Form):
@@ -45,12 +45,16 @@ class QueueFilterForm(forms.Form):
     stage = forms.ChoiceField(required=False, choices=_any(Proposal.Stage.choices))
     status = forms.ChoiceField(required=False, choices=_any(Proposal.Status.choices))
     sort = forms.ChoiceField(required=False, choices=[(key, key) for key in SORTS])
+    # The proposals one selection run made (its page's and the operators page's links):
+    # no control of its own, the queue names the run instead.
+    run = forms.UUIDField(required=False, widget=forms.HiddenInput)
 
     # Filters a reviewer rarely sets: folded under "More filters" on the queue.
     MORE = ("backend", "file", "klass", "dtype", "stage")
+    HIDDEN = ("run",)
 
     def main_fields(self) -> list[forms.BoundField]:
-        return [self[name] for name in self.fields if name not in self.MORE]
+        return [self[name] for name in self.fields if name not in self.MORE + self.HIDDEN]
 
     def more_fields(self) -> list[forms.BoundField]:
         return [self[name] for name in self.MORE]
@@ -73,6 +77,9 @@ class QueueFilterForm(forms.Form):
         for name in ("mode", "stage", "status"):
             if data.get(name):
                 proposals = proposals.filter(**{name: data[name]})
+        if data.get("run"):  # the run's id as a value, as the backend's above
+            run = SelectionRun.objects.filter(uuid=data["run"]).values("pk")[:1]
+            proposals = proposals.filter(selection_run=Subquery(run))
         if data.get("file"):  # part of a path, as a reviewer pastes it from a log
             paths = paths_containing(data["file"], data.get("backend") or None)
             proposals = proposals.filter(file_path__in=paths) if paths else proposals.none()
@@ -192,8 +199,25 @@ class ConfigApprovalForm(ConfigRevisionForm):
     comment = forms.CharField(required=False, max_length=2000, widget=forms.Textarea)
 
 
+class TextAreaField(forms.CharField):
+    """A textarea's text with its line breaks as the browser counted them: a browser counts
+    a break as one character against `maxlength` and sends it as two (CR LF)."""
+
+    def to_python(self, value: Any) -> Any:
+        value = super().to_python(value)
+        return value.replace("\r\n", "\n") if isinstance(value, str) else value
+
+
 class ConfigCommentForm(forms.Form):
-    body = forms.CharField(max_length=5000, widget=forms.Textarea, label="Comment")
+    body = TextAreaField(
+        max_length=5000,
+        widget=forms.Textarea,
+        label="Comment",
+        error_messages={
+            "required": "a comment needs some text",
+            "max_length": "a comment is at most 5000 characters; this one has %(show_value)s",
+        },
+    )
 
 
 class OpenChangeForm(forms.Form):

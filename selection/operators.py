@@ -75,6 +75,7 @@ class Operator:
     using: list[Key]  # a few of them, under test first
     supported: bool | None  # None: the backend's capabilities are not known yet
     waiting: list[Key]  # tests that call it while the backend lacks it
+    enabling: Any = None  # the newest "enable an operator" run of it (`enabling.latest_runs`)
 
     @property
     def preview(self) -> str:

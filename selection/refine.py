@@ -294,7 +294,8 @@ def correct(
         if xfailish and seen.xpassed:
             return Correction(
                 "mandatory_success",
-                f"passed on the device ({seen.xpassed} unexpected passes) though proposed {mode}",
+                f"passed on the device ({seen.xpassed} unexpected "
+                f"pass{'' if seen.xpassed == 1 else 'es'}) though proposed {mode}",
                 edits,
             )
         return None

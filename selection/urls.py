@@ -66,5 +66,6 @@ urlpatterns = [
     path("tests/", tests.test_search, name="test_search"),
     path("operators/", pipeline.operator_list, name="operator_list"),
     path("operators/enable/", pipeline.operator_enable, name="operator_enable"),
+    path("operators/row/", pipeline.operator_row, name="operator_row"),
     path("selection-runs/<uuid:uuid>/", pipeline.selectionrun_detail, name="selectionrun_detail"),
 ]

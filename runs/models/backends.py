@@ -1,5 +1,7 @@
 """Backends: the out-of-tree accelerator backends crcr tests and reports for."""
 
+import re
+
 from crcr_reuse.health_probe import HealthProbe, ProbeError
 from django.core.exceptions import ValidationError
 from django.db import models
@@ -9,6 +11,11 @@ from runs.relay import delivery, policy
 
 # The dispatch kinds (`Dispatch.kind_of`) a nightly-only backend takes.
 NIGHTLY_KINDS = ("nightly", "release")
+# A GitHub repository as GitHub allows its names: an owner of 1-39 letters, digits and
+# single hyphens inside, then a name of 1-100 letters, digits, ".", "_" and "-".
+REPOSITORY = re.compile(
+    r"(?![^/]*--)[A-Za-z0-9](?:[A-Za-z0-9-]{0,37}[A-Za-z0-9])?/[A-Za-z0-9._-]{1,100}"
+)
 
 
 def validate_health_probe(spec: str) -> None:
@@ -19,6 +26,17 @@ def validate_health_probe(spec: str) -> None:
             HealthProbe.parse(spec)
         except ProbeError as error:
             raise ValidationError(str(error)) from None
+
+
+def validate_repository(name: str) -> None:
+    """A repository written as GitHub names one: owner/name."""
+    owner, _, repo = name.partition("/")
+    if not REPOSITORY.fullmatch(name) or repo in (".", ".."):
+        raise ValidationError(
+            f"“{name}” is not a GitHub repository: write owner/name, as in pytorch/pytorch "
+            "(the owner: letters, digits and single hyphens; the name: letters, digits, "
+            "dots, hyphens and underscores)"
+        )
 
 
 class Backend(models.Model):
@@ -61,7 +79,9 @@ class Backend(models.Model):
         "a fresh attempt runs the rest. Empty: no probe. The reference device's: "
         "python:crcr_reuse.reference_device:probe",
     )
-    repository = models.CharField(max_length=200, help_text="owner/name on GitHub")
+    repository = models.CharField(
+        max_length=200, validators=[validate_repository], help_text="owner/name on GitHub"
+    )
     version = models.CharField(max_length=100, default="0.0.0")
     extra_versions = models.JSONField(
         default=list, blank=True, help_text="other backend versions tested against each SHA"

@@ -221,6 +221,23 @@ class SelectionRun(Leased):
     def percent(self) -> int:
         return int(100 * self.done / self.total) if self.total else 0
 
+    @property
+    def proposals_made(self) -> int:
+        """The proposals this run created or changed: the queue's `run` filter shows them."""
+        counts = self.summary.get("proposals") or {}
+        return int(counts.get("created", 0)) + int(counts.get("updated", 0))
+
+    @property
+    def proposals_said(self) -> str:
+        """What the run did to the review queue, in words ("" before it says)."""
+        counts = self.summary.get("proposals")
+        if not isinstance(counts, dict):
+            return ""
+        return (
+            f"{counts.get('created', 0)} new, {counts.get('updated', 0)} updated, "
+            f"{counts.get('unchanged', 0)} already decided"
+        )
+
     def claim(self) -> bool:
         """Move a queued run to running (or take over a dead worker's); False when another
         worker holds it."""

@@ -43,10 +43,11 @@ def _joined(items: Any) -> str:
 
 def _device(device: dict[str, Any]) -> SafeString:
     get = device.get
-    xpassed = format_html(", {} xpassed", get("xpassed")) if get("xpassed") else ""
+    xpassed = format_html(", {} passed unexpectedly", get("xpassed")) if get("xpassed") else ""
+    variants = get("variants") or 0
     summary = format_html(
-        "<li>on the device: {} of {} passed, {} failed{}</li>",
-        get("variants", ""), get("passed", ""), get("failed", ""), xpassed,
+        "<li>on the device: {} of {} variant{} passed, {} failed{}</li>",
+        get("passed") or 0, variants, "" if variants == 1 else "s", get("failed") or 0, xpassed,
     )  # fmt: skip
     failures = [
         format_html(

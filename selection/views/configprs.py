@@ -69,12 +69,20 @@ def configchange_create(request: HttpRequest) -> HttpResponse:
 
 
 @login_required
-def configchange_detail(request: HttpRequest, uuid: str) -> HttpResponse:
+def configchange_detail(
+    request: HttpRequest,
+    uuid: str,
+    comment_form: ConfigCommentForm | None = None,
+    status: int = 200,
+) -> HttpResponse:
+    """The config PR's page; `comment_form` is a refused comment, shown with its error next
+    to the box and the text kept."""
     change = get_object_or_404(
         ConfigChange.objects.select_related("backend", "base", "author", "merged_version"),
         uuid=uuid,
     )
     context = {
+        "comment_form": comment_form or ConfigCommentForm(),
         "change": change,
         "revision": change.revision,  # the forms carry it: an action names the diff shown
         "hunks": configdiff.hunks(change.base.yaml_text, change.proposed_text),
@@ -92,7 +100,7 @@ def configchange_detail(request: HttpRequest, uuid: str) -> HttpResponse:
         "stale": configprs.is_stale(change),
         "nav": "config",
     }
-    return render(request, "selection/configchange_detail.html", context)
+    return render(request, "selection/configchange_detail.html", context, status=status)
 
 
 def _act(request: HttpRequest, uuid: str) -> tuple[ConfigChange, HttpResponse]:
@@ -125,8 +133,8 @@ def configchange_approve(request: HttpRequest, uuid: str) -> HttpResponse:
 def configchange_comment(request: HttpRequest, uuid: str) -> HttpResponse:
     change, back = _act(request, uuid)
     form = ConfigCommentForm(request.POST)
-    if not form.is_valid():
-        return HttpResponseBadRequest(form.errors.as_text())
+    if not form.is_valid():  # the page again, the error by the box, the text kept
+        return configchange_detail(request, uuid, comment_form=form, status=400)
     change.comments.create(author=request.user, body=form.cleaned_data["body"])  # type: ignore[misc]
     return back
 

@@ -18,7 +18,7 @@ from crcr_site.lib.htmx import HtmxHttpRequest
 from crcr_site.lib.paging import page_of
 from selection import configdescriptions, configprs, evidence, review
 from selection.forms import ProposalEditForm, QueueFilterForm, ReviewForm
-from selection.models import Proposal, ProposalEvent
+from selection.models import Proposal, ProposalEvent, SelectionRun
 
 PAGE_SIZE = 25
 # Built once (never evaluated here, only cloned): building the rows' subqueries on every
@@ -42,12 +42,21 @@ def proposal_list(request: HtmxHttpRequest) -> HttpResponse:
     context = {
         "form": form,
         "page": page,
+        "from_run": _run_filtered(form) if valid else None,
         "filters": _filters(request.GET),
         "ready": configprs.ready(),
         "nav": "review",
     }
     template = "selection/proposal_list.html" + ("#queue" if request.htmx else "")
     return render(request, template, context, status=200 if valid else 400)
+
+
+def _run_filtered(form: QueueFilterForm) -> SelectionRun | None:
+    """The selection run whose proposals the queue is filtered to, named above it."""
+    uuid = form.cleaned_data.get("run")
+    return (
+        SelectionRun.objects.select_related("backend").filter(uuid=uuid).first() if uuid else None
+    )
 
 
 def _filters(data: QueryDict) -> str:
@@ -163,11 +172,20 @@ def _confirm_bulk(
     filters chose them, and the ones a person edited by hand (listed, so none is decided
     unseen); the same POST with `confirmed=yes` does it."""
     status = Proposal.Status.APPROVED if approve else Proposal.Status.REJECTED
-    changing = review.reviewable(matching).exclude(status=status)
+    reviewable = review.reviewable(matching)
+    changing = reviewable.exclude(status=status)
     edited = changing.filter(events__action=ProposalEvent.Action.EDITED).distinct()
+    # The queue's button counted every match: the page says how many of them change and
+    # why the others do not, so its numbers and the button's agree.
+    matched, count = matching.count(), changing.count()
+    fixed = matched - reviewable.count()
     context = {
         "decision": "approve" if approve else "reject",
-        "count": changing.count(),
+        "count": count,
+        "matched": matched,
+        "others": matched - count,
+        "decided_already": matched - fixed - count,
+        "fixed": fixed,
         "filters": {k: v for k, v in form.cleaned_data.items() if v},
         "edited": edited.order_by("file_path", "test_name")[:50],
         "edited_count": edited.count(),

@@ -65,3 +65,40 @@ def test_the_demo_leaves_a_config_pr_of_what_the_device_verified(db):
         configprs.approve(change, admin, change.revision)
     configprs.approve(change, second, change.revision)
     assert configprs.merge(change, second, change.revision).number == 2
+
+
+PLAIN = """import torch
+from torch.testing._internal.common_device_type import instantiate_device_type_tests
+from torch.testing._internal.common_utils import TestCase
+
+
+class TestPlain(TestCase):
+    def test_add(self, device):
+        a = torch.ones(3, device=device)
+        self.assertEqual((a + a).cpu(), torch.full((3,), 2.0))
+
+
+instantiate_device_type_tests(TestPlain, globals())
+"""
+
+
+def test_the_demo_says_what_its_selection_proposed_in_words(db, tmp_path, monkeypatch):
+    from io import StringIO
+
+    from demo.management.commands.demo import Command
+    from tests.factories import make_backend, make_config
+
+    (tmp_path / "test").mkdir()
+    (tmp_path / "test" / "test_plain.py").write_text(PLAIN)
+    monkeypatch.setattr(main_job, "BUNDLED_TREE", tmp_path)  # a small tree: the same stages
+    main_job.create_demo_user()
+    backend = make_backend("reference", extension_points=["eager"])
+    make_config(
+        backend, "test_suite_config:\n  files:\n    - path: ${TORCH_ROOT}/test/test_plain.py\n"
+    )
+    out = StringIO()
+    Command(stdout=out).select(backend)
+    said = out.getvalue()
+    line = next(line for line in said.splitlines() if line.strip().startswith("proposals:"))
+    assert line.strip() == "proposals: 1 new, 0 updated, 0 already decided", said
+    assert "{" not in said

@@ -49,7 +49,7 @@ def test_a_viewer_sees_who_uses_each_operator_and_who_waits_on_it(client, index)
     add = row(html, "add")
     assert "2 <span" in add and "(1 under test)" in add and ">yes<" in add and ">none<" in add
     lgamma = row(html, "lgamma")
-    assert "(1 under test)" in lgamma and "<strong>no</strong>" in lgamma
+    assert "(1 under test)" in lgamma and '<strong class="support support-no">no</strong>' in lgamma
     assert "enabling lgamma would make 2 tests runnable" in lgamma
     assert "TestOps::test_lgamma" in lgamma and "TestOps::test_special" in lgamma
     assert "enabling digamma would make 1 test runnable" in row(html, "digamma")
@@ -65,7 +65,8 @@ def test_a_reviewer_enables_an_operator_from_its_row(client, index):
     assert "Enable add" not in html  # nothing waits on a supported operator
     response = client.post("/operators/enable/", {"backend": "acme", "op": "lgamma"})
     run = SelectionRun.objects.get()
-    assert response["Location"] == f"/selection-runs/{run.uuid}/"
+    # Back to the operator's row, which shows the run (without htmx: the page, searched).
+    assert response["Location"] == "/operators/?q=lgamma&backend=acme#op-lgamma"
     assert (run.kind, run.argument) == ("enable_op", "lgamma")
 
 

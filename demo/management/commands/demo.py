@@ -68,7 +68,7 @@ class Command(BaseCommand):
             bar = Bar(sys.stderr)
             selection = pipeline.run_for_backend(backend, main_job.BUNDLED_TREE, progress=bar)
             bar.close()
-            self.stdout.write(f"    proposals: {selection.summary.get('proposals')}")
+            self.stdout.write(f"    proposals: {selection.proposals_said or 'none'}")
         change = main_job.open_config_pr(backend)
         if change:
             self.stdout.write(

@@ -44,9 +44,5 @@ class Command(BaseCommand):
         for decision in summary.get("decisions", []):
             modes[decision["mode"]] = modes.get(decision["mode"], 0) + 1
         self.stdout.write("  decisions: " + ", ".join(f"{n} {m}" for m, n in sorted(modes.items())))
-        counts = summary.get("proposals", {})
-        self.stdout.write(
-            f"  proposals: {counts.get('created', 0)} new, {counts.get('updated', 0)} updated, "
-            f"{counts.get('unchanged', 0)} already decided"
-        )
+        self.stdout.write(f"  proposals: {run.proposals_said or 'none'}")
         self.stdout.write(f"  seconds: {summary.get('seconds')}")
