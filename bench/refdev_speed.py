@@ -113,7 +113,7 @@ def main() -> int:
     if check.returncode != 0:
         print(f"no C++ kernels on this machine: {check.stderr.strip()}")
         return 1
-    ops = {side: [] for side in ("cpu", "python", "native")}
+    ops: dict[str, list[float]] = {side: [] for side in ("cpu", "python", "native")}
     for _ in range(args.rounds):
         ops["python"].append(per_operator("privateuseone", "0"))
         ops["native"].append(per_operator("privateuseone", "1"))

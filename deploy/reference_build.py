@@ -83,7 +83,9 @@ def backend_files(version: str, faults: bytes | None) -> dict[str, bytes]:
     files = {
         f"{DISTRIBUTION}/{path.relative_to(DEVICE_SOURCE).as_posix()}": path.read_bytes()
         for path in sorted(DEVICE_SOURCE.rglob("*"))
-        if path.is_file() and "__pycache__" not in path.parts and path.suffix in (".py", ".txt", ".cpp")
+        if path.is_file()
+        and "__pycache__" not in path.parts
+        and path.suffix in (".py", ".txt", ".cpp")
     }
     if faults is not None:
         files[f"{DISTRIBUTION}/built_faults.yaml"] = faults

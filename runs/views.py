@@ -8,7 +8,7 @@ from django_htmx.http import HttpResponseStopPolling
 
 from crcr_site.lib.access import reviewer_required
 from crcr_site.lib.htmx import HtmxHttpRequest
-from runs import gate, hud_grid, hud_rows, metrics, readiness, run_rows, triggers
+from runs import gate, hud_cells, hud_grid, hud_rows, metrics, readiness, run_rows, triggers
 from runs import hud as summaries
 from runs.forms import HudFilterForm, MetricsForm, SummaryForm, TriggerForm
 from runs.models import Dispatch, Run
@@ -28,7 +28,7 @@ def hud(request: HttpRequest) -> HttpResponse:
         "head": head,
         "rows": rows,
         "foot": foot,
-        "legend": hud_grid.LEGEND,
+        "legend": hud_cells.LEGEND,
         "filtered": bool(filters["job"] or filters["failures_only"]),
         "previous_page": _page_link(request, grid.page - 1) if grid.page > 1 else "",
         "next_page": _page_link(request, grid.page + 1) if grid.has_next else "",
