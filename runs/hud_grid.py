@@ -55,7 +55,7 @@ from runs.models.runs import attribution
 PER_PAGE = 50
 # A settled commit's cells in the cache: their format (bumped when the HTML changes), and
 # how long they stay when no page asks for them.
-CELLS_FORMAT = 1
+CELLS_FORMAT = 2
 CELLS_KEPT_SECONDS = 24 * 3600
 
 # The HUD job of a run: a bundle's re-run counts as an attempt of its job.
@@ -357,12 +357,18 @@ def _cells(job: str, shas: list[str], hidden_for: list[str]) -> dict[str, dict[s
             run
         )
     _mark([cell for by_job in cells.values() for cell in by_job.values()])
-    # One reverse() for the page: a run's URL differs from another's by its UUID alone.
-    before, after = reverse("runs:run_detail", args=[_ANY_UUID]).split(_ANY_UUID)
-    return {
-        sha: {name: _show(cell, before, after) for name, cell in by_job.items()}
-        for sha, by_job in cells.items()
+    # One reverse() a kind of page: a run's URL differs from another's by its UUID alone. A
+    # red cell leads to its failure's log (reproducibility's page, reached by name), the
+    # others to their run.
+    pages = {
+        tone: tuple(reverse(name, args=[_ANY_UUID]).split(_ANY_UUID))
+        for tone, name in (("red", "reproducibility:test_log"), ("", "runs:run_detail"))
     }
+    return {
+        sha: {name: _show(cell, *pages[cell.tone if cell.tone == "red" else ""])
+              for name, cell in by_job.items()}
+        for sha, by_job in cells.items()
+    }  # fmt: skip
 
 
 def _commits(runs: QuerySet[Run], failures_only: bool) -> QuerySet[Any, Any]:
