@@ -178,9 +178,13 @@ class TestLog:
         return next((line for line in self.trace if line.failing), None)
 
 
-def first_failure(run: Run) -> Failure | None:
-    """The failure a run's log opens on: its first regression, else its first failure."""
-    return _ranked(run.failures.all()).first()
+def first_failure(run: Run) -> str:
+    """The test a run's log opens on: its first regression, else its first classified
+    failure, else its first failing test (a run still running); "" when none failed."""
+    if (failure := _ranked(run.failures.all()).first()) is not None:
+        return failure.result.node_id
+    failing = run.results.filter(outcome__in=TestResult.FAILING).order_by("node_id")
+    return failing.values_list("node_id", flat=True).first() or ""
 
 
 def other_failures(run: Run, node_id: str) -> list[Failure]:

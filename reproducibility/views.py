@@ -134,9 +134,7 @@ def test_log(request: HttpRequest, uuid: str) -> HttpResponse:
     context: dict[str, object] = {"run": run, "form": form, "nav": "runs"}
     if not form.is_valid():
         return render(request, "reproducibility/test_log.html", context, status=400)
-    node_id = form.cleaned_data["test"]
-    if not node_id and (first := logs.first_failure(run)) is not None:
-        node_id = first.result.node_id
+    node_id = form.cleaned_data["test"] or logs.first_failure(run)
     found = logs.test_log(run, node_id, form.cleaned_data["attempt"]) if node_id else None
     context |= {"asked": node_id, "log": found, "shards": run.shards.listed()}
     if found is None:

@@ -375,7 +375,7 @@ def test_what_the_cache_keeps_changes_as_soon_as_a_run_finishes_is_added_or_dele
     rerun = plant(backend, 1, trigger=trigger, status="timed_out", later=30)
     (newest, settled) = cells(hud(client))
     assert settled["letter"] == "T" and settled["retried"]
-    assert settled["href"] == f"/runs/{rerun.uuid}/"
+    assert settled["href"] == f"/runs/{rerun.uuid}/log/"  # a red cell opens its log
 
     # Deleted runs leave the page and what it says is red.
     Run.objects.filter(pytorch_sha=sha(2)).delete()

@@ -48,9 +48,9 @@ def test_the_hud_grid_reads_by_colour_and_letter_and_moves_by_keys(page, width):
     expect(page.locator("tr.hud-row").nth(1)).to_be_focused()
     page.keyboard.press("k")
     expect(page.locator("tr.hud-row").nth(0)).to_be_focused()
-    page.keyboard.press("Enter")  # the focused commit's first red cell
-    expect(page).to_have_url(re.compile(f"/runs/{red.uuid}/$"))
-    expect(page.get_by_role("heading", name="Run acme failed")).to_be_visible()
+    page.keyboard.press("Enter")  # the focused commit's first red cell: its failure's log
+    expect(page).to_have_url(re.compile(f"/runs/{red.uuid}/log/$"))
+    expect(page.get_by_role("link", name="Run acme")).to_be_visible()
 
 
 def test_a_nightly_only_backend_reads_as_such_over_its_columns(page):
