@@ -131,7 +131,8 @@ def read_page(name: str, page: int | None = None, test: str = "") -> Page:
     `E` line naming an exception in a section) and the test's section; a second reads only
     the page's lines. Two streams, each a block at a time: nothing holds the whole log.
     """
-    total, failures, target = 0, [], None
+    total, target = 0, None
+    failures: list[int] = []
     wanted, noted_section = test_header(test) if test else "", -1
     section = 0
     for number, text in enumerate(_lines(name), start=1):
