@@ -9,6 +9,8 @@ from urllib.parse import quote
 
 import boto3
 import pytest
+from django.core.files.base import ContentFile
+from django.core.files.storage import default_storage
 
 from reproducibility import capture, logs, metadata
 from runs.models import TestResult
@@ -197,3 +199,16 @@ def test_the_log_pages_read_the_logs_from_s3(client, run, s3):
     assert "pytest's report, from the stored JUnit XML" in html
     output = client.get(f"/runs/{run.uuid}/log/shard-0/").content.decode()
     assert re.search(r'<tr id="L21" class="failing">', output)
+
+
+def test_a_log_with_a_huge_line_is_shown_cut_not_whole(client, run):
+    huge = "x" * 3_000_000
+    default_storage.save(
+        f"runs/{run.uuid}/shard-0/attempt-1/p001.log",
+        ContentFile(f"before\n{huge}\nafter\n".encode()),
+    )
+    page = signed_in(client).get(f"/runs/{run.uuid}/log/shard-0/")
+    html = page.content.decode()
+    assert len(page.content) < 100_000
+    assert f"({3_000_000 - logs.LINE_BYTES:,} more bytes on this line)" in html
+    assert re.findall(r'<tr id="L(\d+)"', html) == ["1", "2", "3"]
