@@ -127,38 +127,41 @@ def read_page(name: str, page: int | None = None, test: str = "") -> Page:
     """A page of a stored log. Without a page: the one holding `test`'s section when it has
     one, else the first failure's, else the first.
 
-    Steps: a first pass counts the lines and notes each failure's error line (the first
-    `E` line naming an exception in a section) and the test's section; a second reads only
-    the page's lines. Two streams, each a block at a time: nothing holds the whole log.
+    One pass over the log, a block at a time: it counts the lines, marks each failure's
+    error line (the first `E` line naming an exception in a section), finds the test's
+    section, and keeps the lines of the pages that may be shown (the one asked for, else
+    the test's, the first failure's and the first): at most four pages, never the log.
     """
     total, target = 0, None
     failures: list[int] = []
-    wanted, noted_section = test_header(test) if test else "", -1
-    section = 0
+    wanted, section, noted_section = test_header(test) if test else "", 0, -1
+    current: list[Line] = []
+    kept: dict[str, list[Line]] = {}  # the candidate pages: asked, target, failure, first
     for number, text in enumerate(_lines(name), start=1):
         total = number
+        if (number - 1) % LINES_PER_PAGE == 0:
+            current = []  # a page begins; the list of one kept goes on filling until it ends
+        line = Line(number, text)
+        current.append(line)
         if header := _HEADER.match(text):
             section += 1
             if target is None and wanted and _header_key(header["name"]) == wanted:
                 target = number
+                kept.setdefault("target", current)
         elif is_error_line(text) and noted_section != section and len(failures) < FAILURES_NOTED:
+            line.failing, noted_section = True, section
             failures.append(number)
-            noted_section = section
+            kept.setdefault("failure", current)
+        if page is not None and (number - 1) // LINES_PER_PAGE + 1 == page:
+            kept.setdefault("asked", current)
+        if number == 1:
+            kept["first"] = current
+    order = ("asked",) if page is not None else ("target", "failure", "first")
+    lines = next((kept[key] for key in order if key in kept), current)  # past the end: the last
     pages = max(1, -(-total // LINES_PER_PAGE))
-    if page is None:
-        first = target or (failures[0] if failures else 1)
-        page = (first - 1) // LINES_PER_PAGE + 1
-    page = min(page, pages)
-    start = (page - 1) * LINES_PER_PAGE
-    noted = set(failures)
-    lines = []
-    for number, text in enumerate(_lines(name), start=1):
-        if number > start + LINES_PER_PAGE:
-            break
-        if number > start:
-            lines.append(Line(number, text, number in noted))
+    number = (lines[0].number - 1) // LINES_PER_PAGE + 1 if lines else 1
     located = [(line, (line - 1) // LINES_PER_PAGE + 1) for line in failures]
-    return Page(lines, page, pages, total, located, target)
+    return Page(lines, number, pages, total, located, target)
 
 
 @dataclass

@@ -117,6 +117,8 @@ def test_a_long_shard_output_is_paged_and_opens_at_the_tests_failure(client, run
     first = client.get(f"/runs/{run.uuid}/log/shard-0/", {"page": 1}).content.decode()
     assert re.findall(r'<tr id="L(\d+)"', first) == [str(n) for n in range(1, 401)]
     assert re.search(r'<a data-jump href="\?claim=1&amp;process=1&amp;page=3#L1011">', first)
+    past = client.get(f"/runs/{run.uuid}/log/shard-0/", {"page": 99}).content.decode()
+    assert "page 3 of 3" in past and re.findall(r'<tr id="L(\d+)"', past)[0] == "801"
 
 
 def test_a_shard_output_lists_the_shards_failed_tests_with_their_logs(client, run):
