@@ -11,6 +11,8 @@ import boto3
 import pytest
 from django.core.files.base import ContentFile
 from django.core.files.storage import default_storage
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from reproducibility import capture, logs, metadata
 from runs.models import TestResult
@@ -214,3 +216,19 @@ def test_a_log_with_a_huge_line_is_shown_cut_not_whole(client, run):
     assert len(page.content) < 100_000
     assert f"({3_000_000 - logs.LINE_BYTES:,} more bytes on this line)" in html
     assert re.findall(r'<tr id="L(\d+)"', html) == ["1", "2", "3"]
+
+
+def test_a_tests_log_costs_the_same_queries_however_many_tests_failed(client, run):
+    store_shard_output(run)
+    client = signed_in(client)
+
+    def queries() -> int:
+        with CaptureQueriesContext(connection) as captured:
+            assert client.get(f"/runs/{run.uuid}/log/", {"test": MISMATCH}).status_code == 200
+        return len(captured)
+
+    few = queries()
+    for number in range(60):
+        add_result(run, f"test/test_x.py::TestXPRIVATEUSE1::test_{number}", ["failed"] * 3,
+                   "other", "regression")  # fmt: skip
+    assert queries() == few
