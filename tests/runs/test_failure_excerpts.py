@@ -5,9 +5,11 @@ import re
 from pathlib import Path
 
 import pytest
+from crcr_reuse.outcomes import TestRecord
 
 from runs.relay import protocol
 from runs.triage import error_line
+from selection.refine import _import_failure
 from tests.factories import make_backend, make_config, make_user
 from tests.reproducibility.builders import ADDCMUL_TRACE, MISMATCH, add_result, make_run
 
@@ -58,3 +60,16 @@ def test_the_run_page_heads_a_failure_with_its_error_line(client, settings, tmp_
     attempts = client.get(f"/runs/{run.uuid}/reproducibility/").content.decode()
     assert re.search(r">AssertionError: Tensor-likes are not close!</a>", attempts)
     assert "self = &lt;" not in attempts
+
+
+def test_a_proposals_failure_evidence_starts_and_ends_at_whole_words():
+    text = (FIXTURES / "unsupported_op_1.txt").read_text()
+    evidence = _import_failure(
+        TestRecord("test/test_x.py::test_empty_on_device", "error", message=text)
+    )
+    assert evidence["message"].startswith("…") and len(evidence["message"]) <= 600
+    assert whole_words(evidence["message"], text), evidence["message"][:40]
+    assert evidence["line"].startswith(
+        "NotImplementedError: Could not run 'aten::empty.memory_format'"
+    )
+    assert whole_words(evidence["line"], text) and len(evidence["line"]) <= 300
