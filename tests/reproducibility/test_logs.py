@@ -6,6 +6,7 @@ import sys
 import time
 from html import escape
 from urllib.parse import quote
+from xml.sax.saxutils import escape as xml_escape
 
 import boto3
 import pytest
@@ -232,3 +233,23 @@ def test_a_tests_log_costs_the_same_queries_however_many_tests_failed(client, ru
         add_result(run, f"test/test_x.py::TestXPRIVATEUSE1::test_{number}", ["failed"] * 3,
                    "other", "regression")  # fmt: skip
     assert queries() == few
+
+
+def test_a_retried_attempt_shows_the_report_of_its_own_process(client, run):
+    store_shard_output(run)
+    retry = ADDCMUL_TRACE.replace("0.5 at index", "0.75 at index")
+    junit = (
+        '<?xml version="1.0"?><testsuites><testsuite name="pytest">'
+        '<testcase classname="test.test_x.TestXPRIVATEUSEONE" '
+        f'name="test_addcmul_privateuseone_float64"><failure>{xml_escape(retry)}</failure>'
+        "</testcase></testsuite></testsuites>"
+    )
+    default_storage.save(
+        f"runs/{run.uuid}/shard-0/attempt-1/p002.junit.xml", ContentFile(junit.encode())
+    )
+    client = signed_in(client)
+    first = client.get(f"/runs/{run.uuid}/log/", {"test": MISMATCH, "attempt": 1}).content.decode()
+    second = client.get(f"/runs/{run.uuid}/log/", {"test": MISMATCH, "attempt": 2}).content.decode()
+    assert "difference: 0.5 at index" in first and "0.75" not in first
+    assert "difference: 0.75 at index" in second
+    assert "claim 1 · process 2" in second
