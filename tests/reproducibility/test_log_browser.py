@@ -57,6 +57,7 @@ def test_from_the_run_page_a_failed_tests_log_is_one_click_and_marks_its_line(
     page.set_viewport_size({"width": width, "height": 900})
     sign_in(page, "vera")
     page.goto(f"/runs/{failed_run.uuid}/")
+    page.screenshot(path=f"/tmp/logs-run-{width}.png", full_page=True)
     page.locator("ul.failures").get_by_role("link", name=MISMATCH).click()
     expect(page).to_have_url(re.compile(f"/runs/{failed_run.uuid}/log/\\?test="))
     expect(page.get_by_role("heading", name=re.compile("failed test_addcmul"))).to_be_visible()
