@@ -1,4 +1,4 @@
-"""Server time of four pages at ten times today's data, each against a trivial page.
+"""Server time of six pages at ten times today's data, each against a trivial page.
 
 In the database DATABASE_URL names (else a fresh SQLite file), builds in bulk, once (a
 dataset already there at its size is kept): the review queue of a backend with 200,000
@@ -7,8 +7,9 @@ results in 50 shards (one in ten failing, each failure classified, one in fifty 
 a backend whose config has 10,000 entries (v2, its parent v1 with 9,990). Then times,
 as bench/pages.py does (in-process, Django's whole request stack, interleaved with the
 trivial page: the site's layout for the same signed-in user): page 2 of the queue
-filtered by file, status and operator, newest first; the HUD's first page; the run's
-page; the backend's config page. Prints each page's p50, p99 and SQL queries, and its
+filtered by file, status and operator, newest first; the HUD's first page; the summary's
+nightly tab and the metrics page over 90 days, on the HUD's runs; the run's page; the
+backend's config page. Prints each page's p50, p99 and SQL queries, and its
 p50 / trivial page p50 with its target (<= 5). The query counts do not grow with the
 data: tests/crcr_site/test_pages_at_scale.py and tests/runs/test_hud.py hold that.
 
@@ -231,6 +232,9 @@ def main() -> int:
         urls = {
             f"review queue, {args.proposals:,} proposals": queue_data(args.proposals),
             f"HUD, {args.commits:,} commits x {args.jobs} jobs": hud_data(args.commits, args.jobs),
+            # The HUD's runs again (nightly ones): every one of them counted.
+            f"summary, nightly tab, {args.commits * args.jobs:,} runs": "/summary/?event=nightly&days=90",
+            f"metrics, 90 days, {args.commits * args.jobs:,} runs": "/metrics/?days=90",
             f"run page, {args.results:,} results": run_data(args.results),
             f"config page, {args.entries:,} entries": config_data(args.entries),
         }

@@ -4,7 +4,8 @@ It creates the demo user, the reference-device backend with its first config,
 a small local stand-in for a PyTorch clone (main, release/2.14 and nightly
 branches, so the local-git resolver has something real to read), and feeds a
 real GitHub `pull_request` webhook, wrapped as a merged-PR CRCR dispatch,
-through the intake. Every step is idempotent: running it twice changes nothing.
+through the intake, then builds the nightly of the same commit (a second run of the same
+job). Every step is idempotent: running it twice changes nothing.
 """
 
 import copy
@@ -21,7 +22,8 @@ from django.db import transaction
 
 from demo.localgit import PyTorchShapedRepo
 from runs import dispatch as intake
-from runs.models import Backend, Dispatch
+from runs import triggers
+from runs.models import Backend, Dispatch, Trigger
 from runs.relay.simulator import RelaySimulator
 from selection import configprs, review
 from selection.models import ConfigChange, ConfigVersion, Proposal
@@ -130,6 +132,13 @@ def feed_dispatch(backend: Backend) -> Dispatch:
     received = intake.receive(backend, body, raw, Dispatch.Source.CRCR)
     received.dispatch.refresh_from_db()
     return received.dispatch
+
+
+def start_nightly(backend: Backend) -> Trigger:
+    """Build PyTorch's nightly as the beat does: its source commit is the merged PR's, so
+    the same job runs again, a nightly run beside the PR's (the summary's two tabs).
+    Idempotent: the same nightly is built once."""
+    return triggers.start_nightly(backend)
 
 
 def open_config_pr(backend: Backend) -> ConfigChange | None:

@@ -91,7 +91,10 @@ class BundleListAPI(TokenAPIView):
         form.is_valid(raise_exception=True)
         if not run.is_finished:
             return _refused(ValueError("a bundle is built once the run has finished"))
-        bundle = bundles.request(run, form.validated_data["include_artifacts"], request.user)
+        bundle = bundles.request(
+            run, form.validated_data["include_artifacts"], request.user,
+            request.build_absolute_uri("/"),
+        )  # fmt: skip
         return _accepted(BundleSerializer(bundle, context={"request": request}).data)
 
 

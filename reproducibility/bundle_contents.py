@@ -4,7 +4,8 @@ metadata.json             everything recorded (reproducibility.metadata)
 config.yaml               the config version's full text
 plan.json                 the shard plan with estimates, and how each shard ran
 results/shard-N/attempt-M/pNNN.{ids,junit.xml,progress.jsonl,log}
-requirements.txt          `pip freeze` of the tests' environment, to rebuild it
+requirements.txt          the tests' environment, to rebuild it: its `pip freeze` less what
+                          the tests do not use (`test_packages`)
 tree/                     crcr's bundled test tree, when the run used it
 artifacts/                the wheels, only when asked for (else referenced)
 attestation.intoto.json   an in-toto test-result statement
@@ -17,6 +18,7 @@ tree and the wheels asked for pass through the scratch folder first.
 
 import hashlib
 import os
+import re
 import shutil
 from collections import Counter
 from collections.abc import Iterator
@@ -24,6 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from django.conf import settings
 from django.core.files.storage import default_storage
 
 from reproducibility import attestation
@@ -32,6 +35,7 @@ from reproducibility.bundle_archive import BundleArchive, Encoded, Part
 from reproducibility.models import Bundle
 from reproducibility.reproduce import tree_fingerprint
 from runs import workfiles
+from runs.artifacts import normalized
 from runs.models import Run
 
 RESULT_SUFFIXES = (".ids", ".junit.xml", ".progress.jsonl", ".log")
@@ -63,6 +67,8 @@ def add_documents(
     far. The test tree and the wheels asked for pass through `scratch`."""
     run = bundle.run
     meta = run_metadata.metadata(run, with_attempts=False)
+    if bundle.public_url:  # asked from a server: its links point there
+        meta["run"]["url"] = run.page_url(bundle.public_url)
     texts, final = run_metadata.attempt_texts(run)
     meta.update(attempts=Encoded(texts), failures=run_metadata.failures(run))
     warnings = copy_tree(meta, scratch) + copy_artifacts(meta, scratch, bundle.include_artifacts)
@@ -195,19 +201,51 @@ def _freeze_line(line: str) -> str:
     return line
 
 
+def _name(line: str) -> str:
+    """A `pip freeze` line's distribution, as wheel names spell it ("" for no package)."""
+    line = line.strip()
+    if not line or line.startswith(("#", "-")):
+        return ""
+    return normalized(re.split(r"[=<>!~ @;\[]", line, maxsplit=1)[0])
+
+
+def test_packages(meta: dict[str, Any]) -> set[str]:
+    """What a test process of the run uses: the pinned test requirements
+    (CRCR_TEST_REQUIREMENTS: pytest, torch's test machinery and torch's dependencies),
+    torch and its accelerator packages, the run's wheels and the backend's package."""
+    pinned = Path(settings.CRCR_TEST_REQUIREMENTS).read_text().splitlines()
+    names = {_name(line) for line in pinned} | {"torch", "triton"}
+    names |= {normalized(a["name"].split(".")[0]) for a in meta["artifacts"]}
+    names.add(normalized(meta["run"]["backend"]["device_module"].split(".")[0]))
+    return names - {""}
+
+
+def _used(line: str, packages: set[str]) -> bool:
+    name = _name(line)
+    return not name or name in packages or name.startswith("nvidia_")
+
+
 def requirements(meta: dict[str, Any]) -> str:
-    """The worker's `pip freeze`, the most common one when workers differ."""
+    """The tests' environment as its worker's `pip freeze` (the most common one when
+    workers differ) recorded it, less the packages the tests do not use: a worker that
+    runs the tests in its own interpreter also holds crcr's and its tools'."""
     freezes = Counter(env["pip_freeze"] for env in meta["environments"] if env["pip_freeze"])
     crcr = meta["crcr"]
+    freeze = freezes.most_common(1)[0][0] if freezes else ""
+    packages = test_packages(meta)
+    kept = [line for line in freeze.splitlines() if _used(line, packages)]
+    left_out = len([line for line in freeze.splitlines() if _name(line)]) - len(
+        [line for line in kept if _name(line)]
+    )
     lines = [
-        f"# Requirements of crcr run {meta['run']['uuid']} (pip freeze of its worker).",
+        f"# Requirements of crcr run {meta['run']['uuid']}: its tests' environment (pip freeze "
+        f"of its worker, less {left_out} package(s) the tests do not use).",
         f"# crcr {crcr.get('version', '')} at commit {crcr.get('commit') or 'unknown'}"
         f"{' (with local changes)' if crcr.get('dirty') else ''}; checkout {crcr.get('checkout')}",
     ]
     if not freezes:
         lines.append("# No worker environment was recorded for this run.")
-    freeze = freezes.most_common(1)[0][0] if freezes else ""
-    for line in freeze.splitlines():
+    for line in kept:
         if line.startswith("torch==") and "+" in line:
             lines.insert(2, f"--extra-index-url {TORCH_INDEX}{line.rsplit('+', 1)[1]}")
         lines.append(_freeze_line(line))

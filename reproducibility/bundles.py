@@ -48,8 +48,11 @@ def retention_days() -> int:
     return env_int("CRCR_BUNDLE_RETENTION_DAYS", 30, minimum=1)
 
 
-def request(run: Run, include_artifacts: bool = False, user: Any = None) -> Bundle:
-    """The run's bundle of this kind, pending, building or ready; a new one is enqueued."""
+def request(
+    run: Run, include_artifacts: bool = False, user: Any = None, public_url: str = ""
+) -> Bundle:
+    """The run's bundle of this kind, pending, building or ready; a new one is enqueued,
+    its links pointing at `public_url` (the server it was asked from) when given."""
     from reproducibility.tasks import build_bundle
 
     alive = (Bundle.Status.PENDING, Bundle.Status.BUILDING, Bundle.Status.READY)
@@ -64,7 +67,7 @@ def request(run: Run, include_artifacts: bool = False, user: Any = None) -> Bund
         if bundle is not None:
             return bundle
         bundle = Bundle.objects.create(
-            run=run, include_artifacts=include_artifacts, requested_by=user
+            run=run, include_artifacts=include_artifacts, requested_by=user, public_url=public_url
         )
         enqueue.after_commit(build_bundle, bundle.pk)
     return bundle

@@ -157,6 +157,10 @@ class Bundle(Leased):
     requested_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
     )
+    public_url = models.URLField(
+        max_length=300, blank=True,
+        help_text="the server it was asked from, where its links point (else CRCR_PUBLIC_URL)",
+    )  # fmt: skip
     created_at = models.DateTimeField(default=timezone.now)
     built_at = models.DateTimeField(null=True, blank=True)
     expires_at = models.DateTimeField(null=True, blank=True)
@@ -173,6 +177,26 @@ class Bundle(Leased):
     @property
     def is_done(self) -> bool:
         return self.status not in (self.Status.PENDING, self.Status.BUILDING)
+
+    @property
+    def wheels(self) -> str:
+        """What it holds of the run's wheels, from its manifest once built: inside (how
+        many), or referenced by hash and location (a wheel asked for that is no stored
+        file, such as an installed torch, can only be referenced)."""
+        if not self.include_artifacts:
+            return "referenced"
+        if self.status != self.Status.READY:
+            return "asked to include"
+        files = self.manifest.get("files", [])
+        inside = sum(entry["path"].startswith("artifacts/") for entry in files)
+        left = len(self.manifest.get("referenced", []))
+        if not inside and not left:
+            return "none: the run has no wheel"
+        if not left:
+            return f"{inside} included"
+        if not inside:
+            return f"none included: {left} referenced (not stored files)"
+        return f"{inside} included, {left} referenced (not stored files)"
 
     @property
     def download_name(self) -> str:

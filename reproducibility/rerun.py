@@ -34,6 +34,9 @@ from runs.combinations import RERUN_SUFFIX
 from runs.models import Artifact, Failure, Run, TestResult, Trigger
 from selection.models import ConfigVersion
 
+# A test's outcome in the re-run while it runs and has not reached the test.
+NOT_RUN_YET = "(not run yet)"
+
 
 class RerunError(Exception):
     """The bundle cannot be re-run; the message says why."""
@@ -50,6 +53,11 @@ class Row:
     @property
     def same(self) -> bool:
         return (self.before, self.before_category) == (self.after, self.after_category)
+
+    @property
+    def waiting(self) -> bool:
+        """The re-run is still going and has no outcome of this test yet: not a difference."""
+        return self.after == NOT_RUN_YET
 
 
 @dataclass
@@ -208,10 +216,12 @@ def final_outcomes(run: Run) -> dict[str, tuple[str, str]]:
 
 
 def comparison(original: Run, new: Run) -> list[Row]:
-    """Every test of either run, with its outcome class before and after."""
+    """Every test of either run, with its outcome class before and after. While the new
+    run goes on, a test it has no outcome of yet is waiting (`NOT_RUN_YET`), not absent."""
     before, after = final_outcomes(original), final_outcomes(new)
     absent = ("(absent)", "")
+    not_yet = absent if new.is_finished else (NOT_RUN_YET, "")
     return [
-        Row(node_id, *before.get(node_id, absent), *after.get(node_id, absent))
+        Row(node_id, *before.get(node_id, absent), *after.get(node_id, not_yet))
         for node_id in sorted(set(before) | set(after))
     ]

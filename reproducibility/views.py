@@ -28,6 +28,8 @@ def record_detail(request: HtmxHttpRequest, uuid: str) -> HttpResponse:
     form = AttemptFilterForm(request.GET)
     outcome = form.cleaned_data["outcome"] if form.is_valid() else ""
     context = summary.context(run, outcome) | {"filter": form, "bundle_form": BundleForm()}
+    # Only wheels stored as files can go inside a bundle (an installed torch cannot).
+    context["stored_wheels"] = run.artifacts.exclude(file="").count()
     return render(request, "reproducibility/record_detail.html", context | {"nav": "runs"})
 
 
@@ -39,8 +41,13 @@ def bundle_create(request: HttpRequest, uuid: str) -> HttpResponse:
     if not form.is_valid() or not run.is_finished:
         messages.error(request, "A bundle is built once the run has finished.")
         return redirect("reproducibility:record_detail", uuid=run.uuid)
-    bundle = bundles.request(run, form.cleaned_data["include_artifacts"], user=request.user)
-    messages.success(request, f"Bundle {bundle.get_status_display()}.")
+    # The bundle's links point at the server it is asked from (else CRCR_PUBLIC_URL).
+    bundle = bundles.request(
+        run, form.cleaned_data["include_artifacts"], request.user, request.build_absolute_uri("/")
+    )
+    # Said once, in words that stay true: the section below shows its status live.
+    shown = "" if bundle.is_done else ": its row below shows when it is ready"
+    messages.success(request, f"Bundle requested{shown}.")
     return redirect("reproducibility:record_detail", uuid=run.uuid)
 
 
@@ -92,7 +99,8 @@ def rerun_detail(request: HtmxHttpRequest, uuid: str) -> HttpResponse:
         "rerun": made,
         "planned": planned,
         "rows": rows,
-        "changed": sum(not row.same for row in rows),
+        "changed": sum(not row.same and not row.waiting for row in rows),
+        "waiting": sum(row.waiting for row in rows),
         "nav": "runs",
     }
     if request.htmx:

@@ -1,10 +1,14 @@
-"""Server-rendered SVG charts (no JavaScript): shard durations, trends of tests passing."""
+"""Server-rendered SVG charts (no JavaScript): shard durations, trends of tests passing, and
+daily series (the metrics page)."""
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import date
 from html import escape
 
 from django.utils.safestring import SafeString, mark_safe
+
+PERCENT_TICKS = ((0.0, "0%"), (0.5, "50%"), (1.0, "100%"))  # share of the height, label
 
 
 @dataclass
@@ -84,13 +88,7 @@ def pass_rate_trend(title: str, points: Sequence[Point], width: int = 320) -> Sa
         f"<title>Tests passing per run of {escape(title)}</title>",
         f'<text x="0" y="12" font-size="12">{escape(title)}</text>',
     ]
-    for share in (0, 50, 100):
-        y = top + plot_h * (1 - share / 100)
-        parts.append(
-            f'<line x1="{left}" y1="{y:.1f}" x2="{width - right}" y2="{y:.1f}" stroke="#d0d7de"/>'
-            f'<text x="{left - 4}" y="{y + 4:.1f}" font-size="10" text-anchor="end" '
-            f'fill="#5c6670">{share}%</text>'
-        )
+    _grid(parts, left, width - right, top, plot_h, PERCENT_TICKS)
     line = " ".join(f"{x:.1f},{y:.1f}" for x, y in coords)
     parts.append(f'<polyline points="{line}" fill="none" stroke="#1f6feb" stroke-width="1.5"/>')
     for (x, y), point in zip(coords, points, strict=True):
@@ -102,3 +100,105 @@ def pass_rate_trend(title: str, points: Sequence[Point], width: int = 320) -> Sa
             f"({point.passed} of {point.executed})</title></circle>"
         )
     return mark_safe("".join(parts) + "</svg>")
+
+
+@dataclass
+class Series:
+    """One line (or one bar a day) of a daily chart: a value per day, None for no value,
+    and what hovering each day says."""
+
+    label: str
+    colour: str
+    values: Sequence[float | None]
+    notes: Sequence[str]
+
+
+def _grid(
+    parts: list[str],
+    left: int,
+    right: float,
+    top: int,
+    plot_h: int,
+    ticks: Sequence[tuple[float, str]],
+) -> None:
+    """Horizontal grid lines at `ticks` (share of the height from the bottom, label)."""
+    for share, label in ticks:
+        y = top + plot_h * (1 - share)
+        parts.append(
+            f'<line x1="{left}" y1="{y:.1f}" x2="{right}" y2="{y:.1f}" stroke="#d0d7de"/>'
+            f'<text x="{left - 4}" y="{y + 4:.1f}" font-size="10" text-anchor="end" '
+            f'fill="#5c6670">{escape(label)}</text>'
+        )
+
+
+def daily(
+    title: str, days: Sequence[date], series: Sequence[Series], percent: bool, width: int = 940
+) -> SafeString:
+    """Days left to right, oldest first: a line per series for a percentage (0 to 100 %),
+    else side-by-side bars per day from 0 to the largest value; a legend of the series."""
+    if not days:
+        return mark_safe("")
+    height, left, right, top, bottom = 150, 40, 10, 22, 18
+    plot_w, plot_h = width - left - right, height - top - bottom
+    slot = plot_w / len(days)
+    values = [v for each in series for v in each.values if v is not None]
+    scale = 100.0 if percent else float(max(values, default=0) or 1)
+    parts = [
+        f'<svg class="chart daily" role="img" viewBox="0 0 {width} {height}" width="{width}" '
+        f'height="{height}" xmlns="http://www.w3.org/2000/svg">',
+        f"<title>{escape(title)}</title>",
+        f'<text x="0" y="12" font-size="12" font-weight="600">{escape(title)}</text>',
+    ]
+    legend_x = width - right
+    for each in reversed(series):
+        legend_x -= 8 * len(each.label) + 24
+        parts.append(
+            f'<rect x="{legend_x}" y="4" width="10" height="10" fill="{each.colour}"/>'
+            f'<text x="{legend_x + 14}" y="13" font-size="11">{escape(each.label)}</text>'
+        )
+    ticks = PERCENT_TICKS if percent else ((0.0, "0"), (1.0, f"{scale:.0f}"))
+    _grid(parts, left, width - right, top, plot_h, ticks)
+    for index in sorted({0, len(days) // 2, len(days) - 1}):
+        x = left + slot * (index + 0.5)
+        anchor = "end" if index == len(days) - 1 and index else "middle"
+        parts.append(
+            f'<text x="{min(x, width - right):.1f}" y="{height - 4}" font-size="10" '
+            f'text-anchor="{anchor}" fill="#5c6670">{days[index]:%b %d}</text>'
+        )
+    for number, each in enumerate(series):
+        if percent:
+            parts += _line(each, left, slot, top, plot_h)
+        else:
+            bar = max(1.0, slot * 0.8 / len(series))
+            for index, (value, note) in enumerate(zip(each.values, each.notes, strict=True)):
+                if not value:
+                    continue
+                x = left + slot * index + slot * 0.1 + bar * number
+                tall = plot_h * value / scale
+                parts.append(
+                    f'<rect class="point" x="{x:.1f}" y="{top + plot_h - tall:.1f}" '
+                    f'width="{bar:.1f}" height="{tall:.1f}" fill="{each.colour}">'
+                    f"<title>{escape(note)}</title></rect>"
+                )
+    return mark_safe("".join(parts) + "</svg>")
+
+
+def _line(series: Series, left: int, slot: float, top: int, plot_h: int) -> list[str]:
+    """A percentage's line through the days that have a value, a marked point each."""
+    points = [
+        (left + slot * (index + 0.5), top + plot_h * (1 - value / 100), note)
+        for index, (value, note) in enumerate(zip(series.values, series.notes, strict=True))
+        if value is not None
+    ]
+    parts = []
+    if len(points) > 1:
+        line = " ".join(f"{x:.1f},{y:.1f}" for x, y, _ in points)
+        parts.append(
+            f'<polyline points="{line}" fill="none" stroke="{series.colour}" stroke-width="1.5"/>'
+        )
+    for x, y, note in points:
+        parts.append(
+            f'<circle class="point" cx="{x:.1f}" cy="{y:.1f}" r="3.5" fill="{series.colour}">'
+            f"<title>{escape(note)}</title></circle>"
+        )
+    return parts

@@ -1,7 +1,9 @@
 import re
+from typing import Any
 
 from django import forms
 
+from runs import metrics
 from runs.models import Backend
 from runs.triggers import TriggerError, label_selection
 from runs.upstream import SHA_RE
@@ -57,3 +59,44 @@ class HudFilterForm(forms.Form):
             "failures_only": bool(data.get("failures")),
             "page": data.get("page") or 1,
         }
+
+
+class SummaryForm(forms.Form):
+    """The summary's tab (pull requests or nightly) and window, read from the query string."""
+
+    event = forms.ChoiceField(choices=list(metrics.EVENTS.items()), required=False)
+    days = forms.TypedChoiceField(
+        choices=[(days, days) for days in metrics.SUMMARY_DAYS], coerce=int, required=False
+    )
+    DEFAULT_DAYS = 7
+
+    def choice(self) -> tuple[str, int]:
+        """The tab and window asked for; an invalid one reads as the default (and its
+        error is shown beside the tabs)."""
+        self.is_valid()  # a field in error is left out of cleaned_data
+        data = self.cleaned_data
+        return data.get("event") or "pr", data.get("days") or self.DEFAULT_DAYS
+
+
+class MetricsForm(forms.Form):
+    """The metrics page's window and backend, read from the query string."""
+
+    days = forms.TypedChoiceField(
+        label="Time range", coerce=int, required=False,
+        choices=[(days, f"last {days} days") for days in metrics.METRICS_DAYS],
+    )  # fmt: skip
+    backend = forms.ModelChoiceField(
+        label="Backend", queryset=Backend.objects.order_by("slug"), to_field_name="slug",
+        required=False, empty_label="every backend",
+    )  # fmt: skip
+
+    def __init__(self, data: Any) -> None:
+        # The window shown when none is asked for is the one the select shows.
+        super().__init__({"days": "30", **data.dict()})
+
+    def choice(self) -> tuple[int, str]:
+        """The window and backend's slug asked for; an invalid one reads as the default
+        (every backend, 30 days) and its error is shown beside its control."""
+        self.is_valid()  # a field in error is left out of cleaned_data
+        backend = self.cleaned_data.get("backend")
+        return self.cleaned_data.get("days") or 30, backend.slug if backend else ""

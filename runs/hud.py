@@ -19,7 +19,7 @@ from django.utils.safestring import SafeString, mark_safe
 
 from crcr_site.lib.ranking import first_of_each
 from runs import charts
-from runs.hud_grid import nightly_only, shown
+from runs.hud_grid import UPSTREAM, nightly_only, shown
 from runs.models import Failure, Run, Trigger
 from runs.models.results import final_counts, summary
 from runs.models.runs import attribution
@@ -27,7 +27,7 @@ from runs.models.runs import attribution
 TREND_RUNS = 20  # runs per job in a trend of tests passing
 RED_TESTS_SHOWN = 5
 KINDS = dict(Trigger.Kind.choices)
-SECTION_FORMAT = 1  # bumped when the section's HTML changes
+SECTION_FORMAT = 2  # bumped when the section's HTML changes
 SECTION_KEPT_SECONDS = 24 * 3600
 
 
@@ -46,7 +46,8 @@ def section(job: str, state: str) -> SafeString:
 
 
 def _finished_runs(job: str) -> QuerySet[Run]:
-    runs = shown(Run.objects.filter(status__in=Run.FINISHED), nightly_only())
+    # A bundle's re-run is no job of its own, nor a verdict (runs.hud_grid.UPSTREAM).
+    runs = shown(Run.objects.filter(UPSTREAM, status__in=Run.FINISHED), nightly_only())
     return runs.filter(job_name__icontains=job) if job else runs
 
 

@@ -12,6 +12,7 @@ from django.db.models import F
 from django.db.models.fields.json import KeyTextTransform, KeyTransform
 from django.utils.dateparse import parse_datetime
 
+from runs.combinations import RERUN_SUFFIX
 from runs.models import Trigger
 
 if TYPE_CHECKING:
@@ -76,7 +77,8 @@ FACTS = {
 
 
 # Built once (its JSON paths cost more to build than to run), filtered per page.
-_TRIGGER_FACTS = Trigger.objects.order_by(
+# Without the triggers of bundles' re-runs: a reproduction is no new build of the commit.
+_TRIGGER_FACTS = Trigger.objects.exclude(runs__job_name__endswith=RERUN_SUFFIX).order_by(
     F("dispatch_id").asc(nulls_last=True), "created_at"
 ).values(
     "pytorch_sha", "kind", "ref", "created_at", "requested_by__username",

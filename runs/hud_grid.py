@@ -2,7 +2,9 @@
 columns grouped by backend; one coloured letter a cell.
 
 Every run of a job at a commit is an attempt of that job's cell (a "re-run failed jobs"
-attempt, a manual trigger at the same SHA, a bundle's re-run): the cell shows the newest.
+attempt, a manual trigger at the same SHA): the cell shows the newest. A bundle's re-run
+is no attempt and no verdict of its own: it checks whether one attempt's outcome
+reproduces, and the cell says so beside its letter (`Reproduction`).
 A page costs the same few queries whatever is stored:
 1. the runs' state (`state`), from indexes: it changes when a run is added, finishes or
    is deleted;
@@ -43,7 +45,7 @@ from django.db.models import (
     Value,
     When,
 )
-from django.db.models.functions import Concat, Replace
+from django.db.models.functions import Replace
 from django.urls import reverse
 
 from runs.combinations import RERUN_SUFFIX
@@ -55,11 +57,15 @@ from runs.models.runs import attribution
 PER_PAGE = 50
 # A settled commit's cells in the cache: their format (bumped when the HTML changes), and
 # how long they stay when no page asks for them.
-CELLS_FORMAT = 2
+CELLS_FORMAT = 3
 CELLS_KEPT_SECONDS = 24 * 3600
 
-# The HUD job of a run: a bundle's re-run counts as an attempt of its job.
+# The HUD job of a run: a bundle's re-run is filed under its job (the filter and the
+# runs' state find it), though it is never one of its cell's attempts (`UPSTREAM`).
 HUD_JOB = Replace(F("job_name"), Value(RERUN_SUFFIX), Value(""))
+# The runs that give a cell its verdict: all but bundles' re-runs (reproducibility.rerun
+# names each "<job> (re-run)"), which check a verdict and never replace it.
+UPSTREAM = ~Q(job_name__endswith=RERUN_SUFFIX)
 
 # DESIGN §6: O success, X failure, F passed after a retry, C cancelled, T timed out,
 # S nothing ran, ? running. The letter stays next to the colour for colour-blind readers.
@@ -126,6 +132,7 @@ class Cell:
     attempts: list[Attempt]
     letter: str = "?"
     counts: dict[str, int] = field(default_factory=dict)
+    reproduction: "Reproduction | None" = None
 
     @property
     def run(self) -> Attempt:
@@ -136,17 +143,64 @@ class Cell:
         return TONES.get(self.letter, "grey")
 
     @property
-    def title(self) -> str:
-        """The hover text: status, attribution, attempt, test counts; earlier attempts."""
+    def details(self) -> list[str]:
+        """The lines of its details (on hover and on focus): job, status, attribution and
+        attempt; queue time and duration; tests passed of the total; earlier attempts; a
+        bundle's re-run of it, reproduced or not."""
         run, total = self.run, len(self.attempts)
-        lines = [_describe(run, f"attempt {total} of {total}")]
+        lines = [_describe(run, f"attempt {total} of {total}"), _timing(run)]
         if counts := self.counts:
             lines.append(
-                f"{counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} skipped"
+                f"{counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} "
+                f"skipped: {counts['passed']} of {sum(counts.values())} tests passed"
             )
         for number in range(total - 1, 0, -1):
             lines.append(_describe(self.attempts[number - 1], f"attempt {number}"))
-        return "\n".join(lines)
+        if self.reproduction is not None:
+            lines.append(self.reproduction.describe(self.attempts))
+        return lines
+
+
+@dataclass(slots=True)
+class Reproduction:
+    """The newest re-run from a bundle of one of a cell's attempts: whether it ended as
+    that attempt did (reproduced), did not, or is still running."""
+
+    original: int  # the attempt's pk
+    original_status: str
+    uuid: UUID  # the Rerun's, for its comparison page
+    status: str  # the re-run's
+
+    @property
+    def verdict(self) -> str:
+        if self.status not in Run.FINISHED:
+            return "reproducing"
+        return "reproduced" if self.status == self.original_status else "not reproduced"
+
+    def describe(self, attempts: list[Attempt]) -> str:
+        number = next(n for n, a in enumerate(attempts, 1) if a.pk == self.original)
+        ended = STATUS_LABELS.get(self.status, self.status)
+        how = "still running" if self.verdict == "reproducing" else f"it {ended}"
+        return f"re-run from its bundle (attempt {number}): {self.verdict}, {how}"
+
+
+def _timing(run: Attempt) -> str:
+    queued = "not started" if run.queued is None else f"queued {_duration(run.queued)}"
+    if run.ran is not None:
+        return f"{queued} · ran {_duration(run.ran)}"
+    return queued if run.queued is None else f"{queued} · still running"
+
+
+def _duration(value: timedelta) -> str:
+    """A duration as a person reads it: 45 s, 3 min 05 s, 2 h 04 min."""
+    seconds = max(0, round(value.total_seconds()))
+    if seconds < 60:
+        return f"{seconds} s"
+    minutes, seconds = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes} min {seconds:02d} s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes:02d} min"
 
 
 STATUS_LABELS = dict(Run.Status.choices)
@@ -235,11 +289,10 @@ def matching_runs(job: str = "", hidden_for: list[str] | None = None) -> QuerySe
 
 
 def red_cells(runs: QuerySet[Run]) -> QuerySet[Run]:
-    """Runs that are the newest attempt of their cell and red (failed with tests, or timed out)."""
+    """Runs that are the newest attempt of their cell and red (failed with tests, or timed
+    out). A bundle's re-run is no attempt: it neither hides a red cell nor is one."""
     # By job_name, not HUD_JOB, so that the run_job_newest index finds later attempts.
-    same_job = Q(job_name=OuterRef("hud_job")) | Q(
-        job_name=Concat(OuterRef("hud_job"), Value(RERUN_SUFFIX))
-    )
+    same_job = Q(job_name=OuterRef("hud_job"))
     later = Q(created_at__gt=OuterRef("created_at")) | Q(
         created_at=OuterRef("created_at"), pk__gt=OuterRef("pk")
     )
@@ -250,7 +303,7 @@ def red_cells(runs: QuerySet[Run]) -> QuerySet[Run]:
     stored = Q(test_summary__isnull=False) & ~Q(test_summary={})
     ran = Q(test_summary__isnull=True) & Exists(TestResult.objects.filter(run=OuterRef("pk")))
     red = Q(status=Run.Status.TIMED_OUT) | Q(stored | ran, status=Run.Status.FAILED)
-    return runs.filter(red).exclude(Exists(newer))
+    return runs.filter(UPSTREAM).filter(red).exclude(Exists(newer))
 
 
 def build(job: str = "", failures_only: bool = False, page: int = 1) -> Grid:
@@ -356,23 +409,41 @@ def _cells(job: str, shas: list[str], hidden_for: list[str]) -> dict[str, dict[s
         cells.setdefault(run.pytorch_sha, {}).setdefault(run.cell_job, Cell([])).attempts.append(
             run
         )
-    _mark([cell for by_job in cells.values() for cell in by_job.values()])
-    # One reverse() a kind of page: a run's URL differs from another's by its UUID alone. A
-    # red cell leads to its failure's log (reproducibility's page, reached by name), the
-    # others to their run.
-    pages = {
-        tone: tuple(reverse(name, args=[_ANY_UUID]).split(_ANY_UUID))
-        for tone, name in (("red", "reproducibility:test_log"), ("", "runs:run_detail"))
-    }
+    every = [cell for by_job in cells.values() for cell in by_job.values()]
+    _mark(every)
+    _reproduce(every)
+    # One reverse() for the page: a run's URL differs from another's by its UUID alone.
+    run_url = reverse("runs:run_detail", args=[_ANY_UUID]).split(_ANY_UUID)
+    rerun_url = reverse("reproducibility:rerun_detail", args=[_ANY_UUID]).split(_ANY_UUID)
+    # The run's log: reproducibility's page (its first failure's trace, else its shards'
+    # outputs), reached by name.
+    log_url = reverse("reproducibility:test_log", args=[_ANY_UUID]).split(_ANY_UUID)
     return {
-        sha: {name: _show(cell, *pages[cell.tone if cell.tone == "red" else ""])
-              for name, cell in by_job.items()}
+        sha: {name: _show(cell, run_url, rerun_url, log_url) for name, cell in by_job.items()}
         for sha, by_job in cells.items()
-    }  # fmt: skip
+    }
+
+
+def _reproduce(cells: list[Cell]) -> None:
+    """Each cell's newest re-run from a bundle of one of its attempts (one query for the
+    page; through the `rerun_origin` relation reproducibility gives a run, read by name:
+    runs never imports it)."""
+    attempts = {attempt.pk: (cell, attempt) for cell in cells for attempt in cell.attempts}
+    if not attempts:
+        return
+    reruns = (
+        Run.objects.filter(rerun_origin__original_id__in=list(attempts))
+        .order_by("created_at", "pk")
+        .values_list("rerun_origin__original_id", "rerun_origin__uuid", "status")
+    )
+    for original, uuid, status in reruns:
+        cell, attempt = attempts[original]
+        cell.reproduction = Reproduction(original, attempt.status, uuid, status)
 
 
 def _commits(runs: QuerySet[Run], failures_only: bool) -> QuerySet[Any, Any]:
     """The commits of `runs` (`pytorch_sha`), by their first run, newest first."""
+    runs = runs.filter(UPSTREAM)
     if failures_only:
         # From the red cells outwards: `IN (red cells)` makes PostgreSQL redo the red
         # cells' anti-join for every run.
@@ -424,7 +495,7 @@ _ATTEMPT_ROWS = _attempt_rows()
 def _attempts(job: str, shas: list[str], hidden_for: list[str]) -> list[Attempt]:
     """The runs of the commits `shas` whose HUD job contains `job`, oldest first, as
     `Attempt` rows (less the pull requests' runs of the nightly-only backends)."""
-    found = shown(_ATTEMPT_ROWS, hidden_for).filter(pytorch_sha__in=shas)
+    found = shown(_ATTEMPT_ROWS, hidden_for).filter(UPSTREAM, pytorch_sha__in=shas)
     if job:
         found = found.filter(Q(cell_job__icontains=job))
     return [Attempt(*values) for values in found]
@@ -472,7 +543,7 @@ class Shown(NamedTuple):
     (a tuple: 1,000 of them a page, unpickled)."""
 
     backend: str
-    html: str  # the <td>, a link to the newest attempt with its letter, hover text in its title
+    html: str  # the <td>: a link to the newest attempt with its letter, and its details
     red: bool
     finished: bool
     passed: bool
@@ -480,12 +551,22 @@ class Shown(NamedTuple):
     execution: list[float]
 
 
-def _show(cell: Cell, before: str, after: str) -> Shown:
+def _show(cell: Cell, run_url: list[str], rerun_url: list[str], log_url: list[str]) -> Shown:
     run = cell.run
     retried = " retried" if len(cell.attempts) > 1 else ""
+    link = f"{run_url[0]}{run.uuid}{run_url[1]}"
+    tip = "<br>".join(escape(line) for line in cell.details)
+    # The log: the run's first failure's trace (a red run), else its shards' outputs.
+    tip += f'<br><a class="log" href="{log_url[0]}{run.uuid}{log_url[1]}">log</a>'
+    repro = ""
+    if made := cell.reproduction:
+        verdict = made.verdict.replace(" ", "-")
+        repro = f" repro-{verdict}"
+        tip += f' · <a href="{rerun_url[0]}{made.uuid}{rerun_url[1]}">the re-run</a>'
     html = (
-        f'<td class="cell cell-{cell.letter} tone-{cell.tone}{retried}"><a '
-        f'href="{before}{run.uuid}{after}" title="{escape(cell.title)}">{cell.letter}</a></td>'
+        f'<td class="cell cell-{cell.letter} tone-{cell.tone}{retried}{repro}"><a '
+        f'href="{link}" aria-describedby="tip-{run.uuid}">{cell.letter}</a>'
+        f'<span class="hud-tip" role="tooltip" id="tip-{run.uuid}">{tip}</span></td>'
     )
     return Shown(
         run.backend, html, cell.tone == "red", run.is_finished, run.status == Run.Status.PASSED,

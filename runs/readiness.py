@@ -22,12 +22,14 @@ infrastructure error is `cancelled`).
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from fractions import Fraction
+from math import floor
 from typing import Any
 
-from django.db.models import Count, Exists, OuterRef, Q, QuerySet
-from django.db.models.functions import Coalesce
+from django.db.models import Count, Q, QuerySet
 from django.utils import timezone
 
+from runs import metrics
 from runs.models import Run
 
 PASS_RATE_ABOVE = 90.0  # percent of jobs green, strictly above (RFC 102)
@@ -73,6 +75,26 @@ class Figures:
         return None if self.timeout_margin is None else self.timeout_margin > 0
 
     @property
+    def green_needed(self) -> int | None:
+        """How far a missed pass rate is in jobs: the fewest green jobs in a row that would
+        take it above the bar (None when it is met or nothing is judged)."""
+        if not self.finished or self.pass_meets:
+            return None
+        share = Fraction(str(PASS_RATE_ABOVE)) / 100
+        # (succeeded + k) / (finished + k) > share  ⇔  k > (share·finished − succeeded) / (1 − share)
+        return floor((share * self.finished - self.succeeded) / (1 - share)) + 1
+
+    @property
+    def clean_needed(self) -> int | None:
+        """How far a missed timeout rate is in jobs: the fewest jobs in a row without a
+        timeout that would take it below the bar (None when it is met or nothing is judged)."""
+        if not self.finished or self.timeout_meets:
+            return None
+        share = Fraction(str(TIMEOUT_RATE_BELOW)) / 100
+        # timed_out / (finished + k) < share  ⇔  k > timed_out / share − finished
+        return max(0, floor(self.timed_out / share - self.finished) + 1)
+
+    @property
     def ready(self) -> bool | None:
         """Both criteria met; None when there is no job to judge."""
         if self.finished == 0:
@@ -112,23 +134,9 @@ def _percent(part: int, whole: int) -> float | None:
 
 
 def counted_runs(now: datetime | None = None) -> QuerySet[Run]:
-    """The runs that count as HUD jobs in the longest window (steps 1 and 2)."""
-    since = (now or timezone.now()) - timedelta(days=max(WINDOWS))
-    # A later finished attempt of the same HUD run (`Run.hud_run_id`) replaces this one.
-    later = Run.objects.filter(
-        Q(retry_of=OuterRef("retry_of")) | Q(retry_of=OuterRef("pk")),
-        status__in=Run.FINISHED,
-        run_attempt__gt=OuterRef("run_attempt"),
-    )
-    return (
-        Run.objects.annotate(began=Coalesce("started_at", "created_at"))
-        .filter(
-            status__in=Run.FINISHED,
-            trigger__dispatch__event_type="pull_request",
-            began__gte=since,
-        )
-        .exclude(Exists(later))
-    )
+    """The runs that count as HUD jobs in the longest window (steps 1 and 2): the summary's
+    pull-request jobs (`runs.metrics.jobs`)."""
+    return metrics.jobs((now or timezone.now()) - timedelta(days=max(WINDOWS)), "pr")
 
 
 def rows(backend_slug: str | None = None, now: datetime | None = None) -> list[Row]:

@@ -39,6 +39,11 @@ def progress(run: Run) -> dict[str, Any]:
     shards = list(run.shards.listed())  # without each shard's list of test ids
     parts = {
         "shard_count": len(shards),
+        # What the shard rows add up to while the run goes on: its tests, and how many the
+        # running shards have run (their results are stored when each ends; the ended
+        # shards' are counted from their results).
+        "tests_planned": sum(shard.test_count for shard in shards),
+        "tests_running": sum(s.tests_done for s in shards if s.status == Shard.Status.RUNNING),
         "shard_rows": shard_rows(shards, logs_of(run)),
         "chart": charts.shard_durations([shard.chart_bar() for shard in shards]),
         "failure_groups": [

@@ -8,9 +8,9 @@ from django_htmx.http import HttpResponseStopPolling
 
 from crcr_site.lib.access import reviewer_required
 from crcr_site.lib.htmx import HtmxHttpRequest
-from runs import gate, hud_grid, hud_rows, readiness, run_rows, triggers
+from runs import gate, hud_grid, hud_rows, metrics, readiness, run_rows, triggers
 from runs import hud as summaries
-from runs.forms import HudFilterForm, TriggerForm
+from runs.forms import HudFilterForm, MetricsForm, SummaryForm, TriggerForm
 from runs.models import Dispatch, Run
 from runs.upstream import UpstreamError
 
@@ -41,6 +41,51 @@ def hud(request: HttpRequest) -> HttpResponse:
     if not rows and grid.page == 1 and not context["filtered"]:
         context["no_runs"] = not Run.objects.exists()
     return render(request, "runs/hud.html", context)
+
+
+@login_required
+def summary(request: HttpRequest) -> HttpResponse:
+    """Per backend and job, its pull requests' or nightlies' jobs in a window; L3 readiness."""
+    form = SummaryForm(request.GET)
+    event, days = form.choice()
+    context = {
+        "form": form,
+        "event": event,
+        "days": days,
+        "rows": metrics.kept("summary", metrics.summary, event, days),
+        "tabs": [(key, label, _link(request, event=key)) for key, label in metrics.EVENTS.items()],
+        "windows": [(each, _link(request, days=str(each))) for each in metrics.SUMMARY_DAYS],
+        "readiness": readiness.rows(),
+        "thresholds": readiness.thresholds(),
+        "nav": "summary",
+    }
+    return render(request, "runs/summary.html", context)
+
+
+@login_required
+def metrics_page(request: HttpRequest) -> HttpResponse:
+    """Pass rate, failures and jobs a day, pull requests against nightlies, as charts."""
+    form = MetricsForm(request.GET)
+    days, backend = form.choice()
+    per_event = metrics.kept("daily", metrics.daily, days, backend)
+    totals = [(metrics.EVENTS[event], metrics.total(found)) for event, found in per_event.items()]
+    context = {
+        "form": form,
+        "days": days,
+        "no_jobs": not any(total.total for _, total in totals),
+        "charts": metrics.charts_of(per_event),
+        "totals": totals,
+        "nav": "metrics",
+    }
+    return render(request, "runs/metrics.html", context)
+
+
+def _link(request: HttpRequest, **changes: str) -> str:
+    """The query string with `changes` made, keeping the rest."""
+    query = request.GET.copy()
+    for key, value in changes.items():
+        query[key] = value
+    return f"?{query.urlencode()}"
 
 
 def _page_link(request: HttpRequest, page: int) -> str:

@@ -219,11 +219,11 @@ def _for_proposal(proposal: Any, found: list[Described], url: str) -> list[tuple
         for name in sorted(names):
             best = _best(proposal, kind, name, found)
             if best is not None:
-                shown.append((kind[:-1], name, best.text, _line_url(url, best.line), best.label))
+                shown.append((kind[:-1], name, best.text, line_url(url, best.line), best.label))
     return shown
 
 
-def _line_url(url: str, line: int) -> str:
+def line_url(url: str, line: int) -> str:
     """The config page at the line: its window of lines starts there when the first
     window does not hold it."""
     from selection.views.configpage import LINES_SHOWN

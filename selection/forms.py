@@ -8,6 +8,7 @@ from django.db import connection
 from django.db.models import Exists, OuterRef, Q, QuerySet, Subquery
 
 from runs.models import Backend
+from selection import fates, flaky
 from selection.models import OpUsage, Proposal, UpstreamTest
 
 
@@ -85,8 +86,17 @@ class QueueFilterForm(forms.Form):
             words = Q()
             for field in ("file_path", "class_name", "test_name", "reason"):
                 words |= Q(**{f"{field}__icontains": data["q"]})
-            proposals = proposals.filter(words)
+            proposals = proposals.filter(words | _named_test(data["q"]))
         return proposals.order_by(*self.SORTS[data.get("sort") or "test"])
+
+
+def _named_test(text: str) -> Q:
+    """Proposals about the generic test a test id names in any of its forms, as a run names
+    it (`TestFooPRIVATEUSE1::test_bar_privateuseone_float32`) included (`fates.resolve`)."""
+    named = Q()
+    for key in fates.resolve(fates.parse(text))[:50]:
+        named |= Q(file_path=key.file_path, class_name=key.class_name, test_name=key.test_name)
+    return named
 
 
 # Each backend's distinct file paths, one index probe a path (a skip scan of the
@@ -240,3 +250,36 @@ class OnboardingForm(forms.ModelForm):
         form.is_valid()
         form.errors.pop("config", None)  # "required": the file was sent, and checked
         return form
+
+
+class FlakyFilterForm(forms.Form):
+    """The flaky tests page's window and backend (GET parameters)."""
+
+    days = forms.TypedChoiceField(
+        label="Time range", coerce=int, required=False,
+        choices=[(days, "last 24 hours" if days == 1 else f"last {days} days")
+                 for days in flaky.WINDOWS],
+    )  # fmt: skip
+    backend = forms.ModelChoiceField(
+        label="Backend", queryset=Backend.objects.order_by("slug"), to_field_name="slug",
+        required=False, empty_label="every backend",
+    )  # fmt: skip
+
+    def __init__(self, data: Any) -> None:
+        # The window shown when none is asked for is the one the select shows.
+        super().__init__({"days": "7", **data.dict()})
+
+    def choice(self) -> tuple[int, str]:
+        """The window and backend's slug asked for; an invalid one reads as the default
+        (every backend, 7 days) and its error is shown beside its control."""
+        self.is_valid()  # a field in error is left out of cleaned_data
+        backend = self.cleaned_data.get("backend")
+        return self.cleaned_data.get("days") or 7, backend.slug if backend else ""
+
+
+class TestSearchForm(forms.Form):
+    """The header's test search: a test id in any of its forms, or a config's name pattern."""
+
+    __test__ = False  # not a pytest test class
+
+    q = forms.CharField(required=False, max_length=500, label="Find a test", strip=True)

@@ -1,6 +1,15 @@
 from django.urls import path
 
-from selection.views import configpage, configprs, onboarding, pipeline, review, submissions
+from selection.views import (
+    configpage,
+    configprs,
+    flaky,
+    onboarding,
+    pipeline,
+    review,
+    submissions,
+    tests,
+)
 
 app_name = "selection"
 urlpatterns = [
@@ -53,6 +62,8 @@ urlpatterns = [
         configpage.configversion_blame,
         name="configversion_blame",
     ),
+    path("flaky/", flaky.flaky_list, name="flaky_list"),
+    path("tests/", tests.test_search, name="test_search"),
     path("operators/", pipeline.operator_list, name="operator_list"),
     path("operators/enable/", pipeline.operator_enable, name="operator_enable"),
     path("selection-runs/<uuid:uuid>/", pipeline.selectionrun_detail, name="selectionrun_detail"),

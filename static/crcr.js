@@ -116,24 +116,75 @@
   });
 })();
 /* HUD grid: j/k move the focus between commits (rows), Enter on a focused row opens its
-   first red cell, else its first cell. Ignored while typing in a field. */
+   first red cell, else its first cell; h/l move between a row's cells, whose details
+   (job, status, attempt, times, tests, log link) show on focus as on hover, and j/k from a
+   cell keep its column. Esc hides the details. Ignored while typing in a field. */
 (function () {
+  function cellLinks(row) { return Array.prototype.slice.call(row.querySelectorAll("td.cell > a")); }
+  function place(cell) {
+    // The details are fixed to the viewport (the grid scrolls in its own box and would
+    // clip them): under the cell (over it when there is no room below), on screen.
+    var tip = cell && cell.querySelector(".hud-tip");
+    if (!tip) return;
+    cell.classList.remove("tip-hidden");
+    var box = cell.getBoundingClientRect(), width = tip.offsetWidth, height = tip.offsetHeight;
+    var top = box.bottom + 2;
+    if (top + height > window.innerHeight - 4) top = Math.max(4, box.top - height - 2);
+    tip.style.left = Math.max(4, Math.min(box.left, window.innerWidth - width - 4)) + "px";
+    tip.style.top = top + "px";
+  }
+  function over(event) {
+    var cell = event.target.closest && event.target.closest("table.hud td.cell");
+    if (cell) place(cell);
+  }
+  document.addEventListener("mouseover", over);
+  document.addEventListener("focusin", over);
+  function show(link) {
+    if (!link) return;
+    link.focus();
+    link.closest("tr").scrollIntoView({ block: "nearest" });
+  }
   document.addEventListener("keydown", function (event) {
     var table = document.querySelector("table.hud");
     if (!table || event.ctrlKey || event.metaKey || event.altKey) return;
     if (event.target.closest && event.target.closest("input, textarea, select, [contenteditable]")) return;
     var rows = Array.prototype.slice.call(table.querySelectorAll("tbody tr.hud-row"));
-    var active = document.activeElement && document.activeElement.closest ? document.activeElement.closest("tr.hud-row") : null;
+    var focused = document.activeElement;
+    var active = focused && focused.closest ? focused.closest("tr.hud-row") : null;
+    var cell = focused && focused.closest ? focused.closest("td.cell") : null;
     var current = rows.indexOf(active);
-    if ((event.key === "j" || event.key === "k") && rows.length) {
+    if (event.key === "Escape" && cell) {
+      cell.classList.add("tip-hidden");
+    } else if ((event.key === "j" || event.key === "k") && rows.length) {
       var next = current < 0 ? 0 : Math.max(0, Math.min(rows.length - 1, current + (event.key === "j" ? 1 : -1)));
-      rows[next].focus();
-      rows[next].scrollIntoView({ block: "nearest" });
+      var column = cell ? Array.prototype.indexOf.call(active.children, cell) : -1;
+      var target = column > 0 ? rows[next].children[column] : null;
+      if (target && target.querySelector("a")) show(target.querySelector("a"));
+      else { rows[next].focus(); rows[next].scrollIntoView({ block: "nearest" }); }
+      event.preventDefault();
+    } else if ((event.key === "l" || event.key === "h") && active) {
+      var links = cellLinks(active), at = links.indexOf(focused.closest("td.cell > a") ? focused : null);
+      if (!links.length) return;
+      if (at < 0) at = event.key === "l" ? -1 : links.length;
+      show(links[Math.max(0, Math.min(links.length - 1, at + (event.key === "l" ? 1 : -1)))]);
       event.preventDefault();
     } else if (event.key === "Enter" && active && document.activeElement === active) {
-      var link = active.querySelector("td.tone-red a") || active.querySelector("td.cell a");
+      var link = active.querySelector("td.tone-red > a") || active.querySelector("td.cell > a");
       if (link) { event.preventDefault(); window.location.assign(link.href); }
     }
+  });
+  document.addEventListener("mouseout", function (event) {
+    var cell = event.target.closest && event.target.closest("table.hud td.tip-hidden");
+    if (cell && !cell.contains(event.relatedTarget)) cell.classList.remove("tip-hidden");
+  });
+})();
+/* The header's test search: "/" puts the cursor in it (ignored while typing in a field). */
+(function () {
+  document.addEventListener("keydown", function (event) {
+    if (event.key !== "/" || event.ctrlKey || event.metaKey || event.altKey) return;
+    if (event.target.closest && event.target.closest("input, textarea, select, [contenteditable]")) return;
+    var box = document.querySelector("form.test-search input");
+    if (box) { event.preventDefault(); box.focus(); }
   });
 })();
 /* Log pages: f jumps to the failure, n and p turn the pages of a long log. Ignored while

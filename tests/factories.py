@@ -77,3 +77,23 @@ def make_pr_run(
         pytorch_sha="a" * 40, test_suite_sha="a" * 40, config_version=config, status=status,
         started_at=started, finished_at=started, **fields,
     )  # fmt: skip
+
+
+def make_nightly_run(
+    backend: Backend,
+    status: str = Run.Status.PASSED,
+    job_name: str = "acme",
+    started_at: datetime | None = None,
+    **fields: Any,
+) -> Run:
+    """A run of PyTorch's nightly (the beat's nightly trigger), finished with `status`."""
+    trigger = Trigger.objects.create(
+        backend=backend, kind=Trigger.Kind.NIGHTLY, ref="nightly", pytorch_sha="b" * 40
+    )
+    config = backend.config_versions.order_by("-number").first() or make_config(backend)
+    started = started_at or timezone.now()
+    return Run.objects.create(
+        trigger=trigger, backend=backend, job_name=job_name, backend_version="1",
+        pytorch_sha="b" * 40, test_suite_sha="b" * 40, config_version=config, status=status,
+        started_at=started, finished_at=started, **fields,
+    )  # fmt: skip

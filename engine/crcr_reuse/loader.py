@@ -2,17 +2,16 @@
 
 Steps: refuse a text past the YAML limits (``yaml_limits.py``), parse YAML to nodes
 (PyYAML's composer keeps marks), walk the nodes against the schema collecting every
-problem, expand ``${TORCH_ROOT}`` / ``${TORCH_DEVICE_ROOT}`` and globs in ``path``, then
-merge several configs (``merge.py``). Any problem raises ``ConfigError`` listing them
-all; nothing here imports torch.
+problem, expand ``${TORCH_ROOT}`` / ``${TORCH_DEVICE_ROOT}`` and globs in ``path`` (on disk, or
+over a given ``tree`` of files: ``pathglob.py``), then merge several configs (``merge.py``).
+Any problem raises ``ConfigError`` listing them all; nothing here imports torch.
 """
 
 from __future__ import annotations
 
-import glob
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ import yaml
 
 from .inputs_reader import read_module
 from .labels import read_labels, resolve_labels
+from .pathglob import files_matching
 from .schema import (
     MODES,
     NAME_FORM,
@@ -86,14 +86,16 @@ def load_config(path: str | os.PathLike[str], tokens: Mapping[str, str] | None =
 
 
 def load_text(
-    text: str, source: str, tokens: Mapping[str, str] | None = None, base: Path | None = None
-) -> Config:
+    text: str, source: str, tokens: Mapping[str, str] | None = None, base: Path | None = None,
+    tree: Collection[str] | None = None,  # the files paths match (absolute), else the disk's
+) -> Config:  # fmt: skip
     """A config from `text`, its problems at `source`; relative paths from `base` or its folder."""
     try:
         check(text, source)  # within the limits before anything expands an alias
     except YamlLimitError as error:
         raise ConfigError([(error.pos, error.message)]) from None
     reader = _Reader(source, text, token_values(tokens), base)
+    reader.tree = tree
     config = reader.read()
     if reader.problems:
         raise ConfigError(reader.problems)
@@ -110,6 +112,8 @@ def token_values(overrides: Mapping[str, str] | None = None) -> dict[str, str]:
 
 class _Reader:
     """Walks one YAML document, building schema objects and collecting problems."""
+
+    tree: Collection[str] | None = None  # the files that exist, when not read from disk
 
     def __init__(self, source: str, text: str, tokens: dict[str, str], base: Path | None):
         self.source = source
@@ -263,11 +267,7 @@ class _Reader:
             return
         pattern = Path(expanded) if Path(expanded).is_absolute() else self.base / expanded
         entry.pattern = os.path.normpath(str(pattern))
-        matches = sorted(
-            os.path.realpath(match)
-            for match in glob.glob(entry.pattern, recursive=True)
-            if os.path.isfile(match)
-        )
+        matches = files_matching(entry.pattern, self.tree)
         if not matches:
             self.error(node, f"path '{raw}' matches no file (looked for {entry.pattern})")
         entry.files = tuple(dict.fromkeys(matches))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import os
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cache
 
@@ -81,11 +82,27 @@ def resolve_test_id(text: str, base: str | None = None) -> TestId:
         raise ValueError(f"no such test file: {parts[0]}")
     cls = DEVICE_SUFFIX.sub("", parts[1]) if len(parts) == 3 else None
     name = parts[-1]
-    candidates = [t.name for t in scan_file(path) if t.cls == cls]
-    if name in candidates:
-        return TestId(path, cls, name)
-    prefixes = [c for c in candidates if name.startswith(c + "_")]
-    if prefixes:
-        generic = max(prefixes, key=len)
-        return TestId(path, cls, generic, name[len(generic) + 1 :])
-    return TestId(path, cls, name)
+    generic, variant = generic_name(name, [t.name for t in scan_file(path) if t.cls == cls])
+    return TestId(path, cls, generic, variant)
+
+
+def generic_name(name: str, candidates: Iterable[str]) -> tuple[str, str]:
+    """(generic test, variant suffix) of a generated test's name, given the generic tests it
+    may come from: the name itself when it is one, else the longest that is a prefix of it
+    before a ``_`` (``test_cumprod_hangs_privateuseone_float32`` → ``test_cumprod_hangs``,
+    ``privateuseone_float32``), else the name as it is."""
+    known = set(candidates)
+    if name in known:
+        return name, ""
+    prefixes = [c for c in known if name.startswith(c + "_")]
+    if not prefixes:
+        return name, ""
+    generic = max(prefixes, key=len)
+    return generic, name[len(generic) + 1 :]
+
+
+def name_prefixes(name: str) -> list[str]:
+    """Every generic test name a generated name can come from (its ``_``-cut prefixes and
+    itself), to ask an index of generic tests for them at once."""
+    words = name.split("_")
+    return ["_".join(words[:n]) for n in range(1, len(words) + 1)]

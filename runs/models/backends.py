@@ -118,6 +118,15 @@ class Backend(models.Model):
             f"participation): {what} is not run"
         )
 
+    @staticmethod
+    def level_of(relay_url: str, relay_sender: str) -> str:
+        """The CRCR level crcr can tell of a backend (upstream's allowlist grants it):
+        L2 when its jobs reach the HUD (a relay URL, or GitHub Actions sending them), else
+        L1 (dispatches in, nothing reported). L3 is upstream's to grant on RFC 102's bar:
+        the readiness panel (`runs.readiness`) says how far a backend is from it."""
+        reports = bool(relay_url) or relay_sender == Backend.RelaySender.ACTIONS
+        return "L2" if reports else "L1"
+
     @property
     def sends_itself(self) -> bool:
         return self.relay_sender == self.RelaySender.WORKER

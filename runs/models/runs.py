@@ -179,9 +179,10 @@ class Run(Leased):
         count = passed.count() if len(first) == FAILURES_SHOWN else len(first)
         return {"count": count, "first": first, "more": count - len(first)}
 
-    def page_url(self) -> str:
-        """The absolute URL of the run's page, for links crcr sends out."""
-        base = settings.CRCR_PUBLIC_URL.rstrip("/")
+    def page_url(self, base: str = "") -> str:
+        """The absolute URL of the run's page, for links crcr sends out: on the server
+        `base` when given (where a person asked for them), else CRCR_PUBLIC_URL."""
+        base = (base or settings.CRCR_PUBLIC_URL).rstrip("/")
         return f"{base}{reverse('runs:run_detail', args=[self.uuid])}"
 
     def log_url(self, shard_index: int | None = None) -> str:

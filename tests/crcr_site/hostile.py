@@ -7,6 +7,7 @@ page with its URL and, where it has one, the URL of a reviewer-only action it of
 
 import json
 from dataclasses import dataclass
+from urllib.parse import urlencode
 
 from django.urls import reverse
 from django.utils import timezone
@@ -141,13 +142,17 @@ def build() -> list[Page]:
         ),
         Page("rerun", reverse("reproducibility:rerun_detail", args=[rerun.uuid])),
         Page("bisection", reverse("reproducibility:bisection_detail", args=[bisection.uuid])),
+        Page(
+            "test",
+            reverse("selection:test_search") + "?" + urlencode({"q": f"TestViewOps::{SCRIPT}"}),
+        ),
     ]
 
 
 PAGE_NAMES = [
     "hud", "run list", "run detail", "dispatch list", "dispatch detail", "review queue",
     "proposal detail", "config PR list", "config PR detail", "operators", "selection run",
-    "reproducibility record", "rerun", "bisection", "backend config", "config blame",
+    "reproducibility record", "rerun", "bisection", "backend config", "config blame", "test",
 ]  # fmt: skip
 
 

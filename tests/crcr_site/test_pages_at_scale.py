@@ -268,3 +268,75 @@ def test_the_first_failures_of_each_group_are_the_same_however_they_are_ranked(
         .values_list("pk", flat=True)[:4]
     ]
     assert sorted(found) == sorted(expected) and len(found) == 12
+
+
+def jobs_of_both_events(backend, start: int, count: int) -> None:
+    """`count` finished runs over the last 80 days, every third from `start` (a multiple of 3)
+    a pull request's, the others nightly, one in seven red, in ten jobs; one in fifty of
+    them a flaky test's run."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from runs.models import Dispatch
+
+    now, config = timezone.now(), backend.config_versions.first()
+    dispatches = Dispatch.objects.bulk_create(
+        Dispatch(backend=backend, delivery_id=f"d{n}", event_type="pull_request", raw_body="{}",
+                 payload={}, verdict="accepted")
+        for n in range(start, start + count, 3)
+    )  # fmt: skip
+    by_number = dict(zip(range(start, start + count, 3), dispatches, strict=True))
+    triggers = Trigger.objects.bulk_create(
+        Trigger(backend=backend, kind="dispatch" if n in by_number else "nightly",
+                dispatch=by_number.get(n), pytorch_sha=f"{n:040x}")
+        for n in range(start, start + count)
+    )  # fmt: skip
+    runs = Run.objects.bulk_create(
+        Run(trigger=trigger, backend=backend, job_name=f"acme (config {n % 10})",
+            backend_version="1", pytorch_sha=trigger.pytorch_sha,
+            test_suite_sha=trigger.pytorch_sha, config_version=config,
+            status="failed" if n % 7 == 0 else "passed",
+            created_at=now - timedelta(hours=n % (80 * 24), minutes=5),
+            started_at=now - timedelta(hours=n % (80 * 24)),
+            finished_at=now - timedelta(hours=n % (80 * 24)) + timedelta(minutes=20))
+        for n, trigger in zip(range(start, start + count), triggers, strict=True)
+    )  # fmt: skip
+    shards = Shard.objects.bulk_create(Shard(run=run, index=0, status="done") for run in runs[::50])
+    results = TestResult.objects.bulk_create(
+        TestResult(shard=shard, run=shard.run, node_id=f"test/test_f.py::TestF::test_{n % 30}",
+                   file_path="test/test_f.py", class_name="TestF", test_name=f"test_{n % 30}",
+                   outcome="failed")
+        for n, shard in enumerate(shards)
+    )  # fmt: skip
+    Failure.objects.bulk_create(
+        Failure(result=result, run=result.run, category="other", verdict="flaky")
+        for result in results
+    )
+
+
+def test_the_summary_metrics_and_flaky_pages_cost_the_same_queries_with_3000_runs_as_with_30(
+    client,
+):
+    backend = make_backend("acme")
+    make_config(backend)
+    client.force_login(make_user("vera"))
+    urls = [
+        reverse("runs:summary"),
+        reverse("runs:summary") + "?event=nightly&days=90",
+        reverse("runs:metrics") + "?days=90",
+        reverse("runs:metrics") + "?days=7&backend=acme",
+        reverse("selection:flaky_list") + "?days=90",
+    ]
+    jobs_of_both_events(backend, 0, 30)
+    few = [queries(client, url)[0] for url in urls]
+    jobs_of_both_events(backend, 30, 3_000)
+    many = [queries(client, url) for url in urls]
+    assert [count for count, _ in many] == few
+    # Every job of the 90 days counted: 3,030 runs, a third of them pull requests'.
+    totals = " ".join(re.sub(r"<[^>]+>", " ", many[2][1]).split())
+    red = sum(1 for n in range(3_030) if n % 7 == 0)
+    red_prs = sum(1 for n in range(0, 3_030, 3) if n % 7 == 0)
+    assert f"Pull requests 1010 {1010 - red_prs} {red_prs}" in totals
+    assert f"Nightly 2020 {2020 - (red - red_prs)} {red - red_prs}" in totals
+    assert "30 flaky tests in the last 90 days." in " ".join(many[4][1].split())

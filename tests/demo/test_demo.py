@@ -1,4 +1,5 @@
-"""The embedded demo feeds a merged PR through the intake once, with a relay to report to."""
+"""The embedded demo feeds a merged PR through the intake once, with a relay to report to,
+and builds the nightly of the same commit once."""
 
 import pytest
 from django.contrib.auth.models import User
@@ -19,16 +20,21 @@ def test_the_demo_feeds_a_merged_pr_through_the_intake_once(
     # An empty test tree: the run is created and planned, and ends at once.
     settings.CRCR_TORCH_ROOT = tmp_path / "no-tests"
     call_command("demo", no_selection=True)
-    run = wait_for(lambda: Run.objects.filter(status__in=Run.FINISHED).first(), what="the demo run")
+    finished = Run.objects.filter(status__in=Run.FINISHED)
+    run = wait_for(lambda: finished.filter(trigger__kind="dispatch").first(), what="the demo run")
     dispatch = Dispatch.objects.get()
     assert dispatch.verdict == "accepted"
     assert "PR #160000 merged into main" in dispatch.verdict_reason
     assert run.trigger.dispatch == dispatch and run.job_name == "reference"
     assert (tmp_path / "upstream" / ".git").is_dir()
     assert run.backend.relay_url.endswith("/github/callback")
+    # The nightly of the same commit: the same job again, a nightly run (the summary's tab).
+    nightly = wait_for(lambda: finished.filter(trigger__kind="nightly").first(), what="a nightly")
+    assert (nightly.job_name, nightly.pytorch_sha) == (run.job_name, run.pytorch_sha)
     call_command("demo", no_selection=True)
-    assert Dispatch.objects.count() == 1 and Run.objects.count() == 1
+    assert Dispatch.objects.count() == 1 and Run.objects.count() == 2
     out = capsys.readouterr().out
+    assert "pull-request and nightly figures at http://127.0.0.1:8000/summary/" in out
     assert "sign in at http://127.0.0.1:8000/ as demo / crcr-demo" in out
     assert "or as demo-reviewer / crcr-demo (the second reviewer)" in out
     assert "relay simulator at http://127.0.0.1:" in out

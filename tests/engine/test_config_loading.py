@@ -174,3 +174,57 @@ test_suite_config:
     names = [d.name for d in config.global_.supported_dtypes or ()]
     assert names == ["bfloat16", "float16", "float32", "float64"]
     assert [o.name for o in config.global_.supported_ops or ()] == ["add"]
+
+
+def test_a_config_reads_over_a_list_of_files_as_it_reads_over_the_disk(tmp_path: Path) -> None:
+    """Where no test tree is on disk (crcr's pages read configs over the inventory), paths
+    and globs match a given list of files exactly as they match the files on disk."""
+    from crcr_reuse.loader import load_text
+
+    text = """\
+test_suite_config:
+  files:
+    - path: ${TORCH_ROOT}/test/test_*_reuse.py
+      unlisted_test_mode: skip
+    - path: ${TORCH_ROOT}/test/**/test_deep.py
+    - path: ${TORCH_ROOT}/test/test_[!p]*.py
+    - path: ${TORCH_ROOT}/test/test_?uiet.py
+"""
+    names = [
+        "test/test_ops_reuse.py", "test/test_plain_reuse.py", "test/nested/x_reuse.py",
+        "test/test_deep.py", "test/a/b/test_deep.py", "test/test_quiet.py",
+    ]  # fmt: skip
+    root = tmp_path.resolve()
+    for name in names:
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text("")
+    tokens = {"TORCH_ROOT": str(root)}
+    on_disk = load_text(text, "c.yaml", tokens, root)
+    listed = load_text(text, "c.yaml", tokens, root, tree={str(root / name) for name in names})
+    assert [entry.files for entry in listed.files] == [entry.files for entry in on_disk.files]
+    assert [len(entry.files) for entry in listed.files] == [2, 2, 3, 1]
+    with pytest.raises(ConfigError, match="path '.*test_gone.py' matches no file"):
+        load_text(
+            "test_suite_config:\n  files:\n    - path: ${TORCH_ROOT}/test/test_gone.py\n",
+            "c.yaml", tokens, root, tree={str(root / name) for name in names},
+        )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("name", "generic", "variant"),
+    [
+        ("test_cumprod_hangs", "test_cumprod_hangs", ""),
+        ("test_cumprod_hangs_privateuseone", "test_cumprod_hangs", "privateuseone"),
+        ("test_cumprod_hangs_privateuseone_float32", "test_cumprod_hangs", "privateuseone_float32"),
+        ("test_cumprod_privateuseone", "test_cumprod", "privateuseone"),
+        ("test_unknown_privateuseone", "test_unknown_privateuseone", ""),
+    ],
+)
+def test_a_generated_name_leads_back_to_its_longest_generic_test(
+    name: str, generic: str, variant: str
+) -> None:
+    from crcr_reuse.static_scan import generic_name, name_prefixes
+
+    candidates = ["test_cumprod", "test_cumprod_hangs", "test_lerp"]
+    assert generic_name(name, candidates) == (generic, variant)
+    assert generic in name_prefixes(name)

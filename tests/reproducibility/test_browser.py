@@ -2,6 +2,7 @@
 
 import re
 
+import pytest
 from playwright.sync_api import expect
 
 from reproducibility import bundles
@@ -35,3 +36,36 @@ def test_a_viewer_waits_for_the_bundle_then_downloads_one_that_verifies(
     download.value.save_as(saved)
     assert saved.name == f"crcr-run-{bundle.run.uuid}.tar.gz"
     assert bundles.verify_archive(saved, bundle.sha256) == []
+
+
+@pytest.mark.parametrize("width", [1440, 1024])
+def test_a_requested_bundle_reads_ready_without_a_reload_and_nothing_says_pending(
+    transactional_db, settings, tmp_path, page, width
+):
+    from tests.factories import make_backend, make_config
+    from tests.reproducibility.builders import make_artifact, make_run
+
+    settings.MEDIA_ROOT = str(tmp_path / "storage")
+    backend = make_backend("acme")
+    run = make_run(backend, make_config(backend), status="failed")
+    run.artifacts.set([make_artifact()])  # an installed torch, as the demo's: no stored file
+    make_user("rita", role="reviewer")
+    page.set_viewport_size({"width": width, "height": 900})
+    sign_in(page, "rita")
+    page.goto(f"/runs/{run.uuid}/reproducibility/")
+    expect(page.locator(".bundle-wheels-note")).to_contain_text("can only reference them")
+    page.get_by_label(re.compile("wheels", re.I)).check()
+    page.get_by_role("button", name="Build a bundle").click()
+    section = page.locator("#bundles")
+    expect(section).to_contain_text("pending")
+    expect(page.locator("body")).to_contain_text("its row below shows when it is ready")
+
+    bundles.build(Bundle.objects.get(run=run).pk)  # the worker builds it meanwhile
+
+    expect(section.get_by_role("link", name="Download")).to_be_visible(timeout=10_000)
+    expect(section).to_contain_text("ready")
+    # What is inside, said as it is: this run has no stored wheel to include.
+    expect(section).to_contain_text("none included: 1 referenced (not stored files)")
+    expect(page.locator("body")).not_to_contain_text("pending")
+    page.screenshot(path=f"/tmp/hudcells-bundle-{width}.png")
+    assert page.evaluate("document.documentElement.scrollWidth") <= width

@@ -237,3 +237,80 @@ def test_a_symbolic_link_planted_among_the_results_is_named_and_never_followed(s
     assert f"results/shard-0/attempt-1/p002.log: a symbolic link to {secret}" in warnings
     assert "results/shard-0/attempt-2: a symbolic link" in warnings
     assert bundles.verify_archive(Path(bundle.file.path), bundle.sha256) == []
+
+
+WORKER_FREEZE = """\
+boto3==1.40.0
+expecttest==0.3.0
+hypothesis==6.170.17
+moto==5.1.0
+mypy==1.18.2
+numpy==2.4.6
+playwright==1.55.0
+pytest==9.2.0
+ruff==0.14.0
+torch==2.13.0+cpu
+"""
+
+
+def test_requirements_hold_the_tests_environment_not_the_workers_whole_freeze(settings, tmp_path):
+    from reproducibility.models import WorkerEnvironment
+
+    settings.MEDIA_ROOT = str(tmp_path / "storage")
+    backend = make_backend("acme")
+    run = make_run(backend, make_config(backend), status="failed")
+    WorkerEnvironment.objects.create(
+        run=run, hostname="w1", python_version="3.11", os="Linux", cpu_arch="x86_64",
+        pip_freeze=WORKER_FREEZE,
+    )  # fmt: skip
+    built = bundles.build(Bundle.objects.create(run=run).pk)
+    text = (unpack(built, tmp_path / "out") / "requirements.txt").read_text()
+    pinned = [line for line in text.splitlines() if line and not line.startswith(("#", "-"))]
+    assert pinned == [
+        "expecttest==0.3.0", "hypothesis==6.170.17", "numpy==2.4.6", "pytest==9.2.0",
+        "torch==2.13.0+cpu",
+    ]  # fmt: skip
+    assert "--extra-index-url https://download.pytorch.org/whl/cpu" in text
+    assert "less 5 package(s) the tests do not use" in text
+
+
+def test_a_bundle_asked_to_include_wheels_holds_them_and_says_what_it_could_not(settings, tmp_path):
+    import hashlib
+    import os
+
+    settings.MEDIA_ROOT = str(tmp_path / "storage")
+    backend = make_backend("acme")
+    run = make_run(backend, make_config(backend), status="failed")
+    content = os.urandom(40_000)  # a wheel's 40 KB, which no compression shrinks
+    wheel = make_artifact("acme_device", hashlib.sha256(content).hexdigest(), "backend")
+    wheel.file.save("acme_device-1.0-py3-none-any.whl", ContentFile(content))
+    installed = make_artifact("torch", "7" * 64)  # an installed torch: no file to include
+    run.artifacts.set([wheel, installed])
+    without = bundles.build(Bundle.objects.create(run=run).pk)
+    within = bundles.build(Bundle.objects.create(run=run, include_artifacts=True).pk)
+    top = unpack(within, tmp_path / "with")
+    assert (top / "artifacts" / "acme_device-1.0-py3-none-any.whl").read_bytes() == content
+    assert not (unpack(without, tmp_path / "without") / "artifacts").exists()
+    assert within.size > without.size + 39_000  # the wheel is really inside
+    assert within.wheels == "1 included, 1 referenced (not stored files)"
+    assert without.wheels == "referenced"
+
+
+def test_the_bundles_links_point_at_the_server_it_was_asked_from(settings, tmp_path, client):
+    from tests.factories import make_user
+
+    settings.MEDIA_ROOT = str(tmp_path / "storage")
+    settings.ALLOWED_HOSTS = ["crcr.example.org"]
+    backend = make_backend("acme")
+    run = make_run(backend, make_config(backend), status="failed")
+    client.force_login(make_user("rita", role="reviewer"))
+    response = client.post(
+        f"/runs/{run.uuid}/reproducibility/bundles/", HTTP_HOST="crcr.example.org", secure=True
+    )
+    assert response.status_code == 302
+    built = bundles.build(Bundle.objects.get(run=run).pk)
+    top = unpack(built, tmp_path / "out")
+    page = f"https://crcr.example.org/runs/{run.uuid}/"
+    assert f"Page: {page}" in (top / "README.md").read_text()
+    assert json.loads((top / "metadata.json").read_text())["run"]["url"] == page
+    assert ":8000" not in (top / "README.md").read_text()

@@ -1,5 +1,5 @@
 """A failed test's log as an engineer reaches and reads it in Chromium, at 1440 and 1024 px:
-one click from the run page and from the HUD's red cell, its failing line marked, `f` (or
+one click from the run page and from a HUD cell's details, its failing line marked, `f` (or
 the error's link) jumps to it, a shard's long output a page at a time."""
 
 import re
@@ -81,12 +81,14 @@ def test_from_the_run_page_a_failed_tests_log_is_one_click_and_marks_its_line(
     page.screenshot(path=f"/tmp/logs-shard-{width}.png")
 
 
-def test_from_the_hud_a_red_cell_opens_its_failure_log(page, failed_run, width):
+def test_from_the_hud_a_red_cells_log_link_opens_its_failure_log(page, failed_run, width):
     page.set_viewport_size({"width": width, "height": 900})
     sign_in(page, "vera")
     cell = page.locator("td.tone-red a").first
     expect(cell).to_have_text("X")
-    cell.click()
+    cell.hover()  # its details, with the log link
+    tip = page.locator(f"#{cell.get_attribute('aria-describedby')}")
+    tip.get_by_role("link", name="log").click()
     expect(page).to_have_url(re.compile(f"/runs/{failed_run.uuid}/log/$"))
     expect(page.get_by_text(MISMATCH).first).to_be_visible()
     reads_the_failing_line(page, width)

@@ -239,3 +239,27 @@ def test_without_a_broker_the_page_answers_and_the_work_runs_after_it(
     )
     assert "fails verification" in client.get(response["Location"]).content.decode()
     wait_for(lambda: bundle_done(run), what="the errored run's own bundle")
+
+
+def test_rerunning_a_bundle_leaves_the_hud_cell_as_it_was_and_says_whether_it_reproduced(
+    bundle, client
+):
+    from tests.runs.test_hud import cells
+
+    client.force_login(make_user("vera"))
+    original = bundle.run  # failed, with a regression
+    before = cells(client.get("/").content.decode())
+    made = rerun.start(bundle)  # as the page's button does: a manual trigger and a run
+    during = client.get("/").content.decode()
+    Run.objects.filter(pk=made.run.pk).update(status=Run.Status.PASSED, finished_at=timezone.now())
+    after = client.get("/").content.decode()
+    for html, verdict in ((during, "reproducing"), (after, "not reproduced")):
+        (cell,) = cells(html)
+        assert (cell["letter"], cell["tone"], cell["href"]) == (
+            before[0]["letter"], before[0]["tone"], f"/runs/{original.uuid}/",
+        )  # fmt: skip
+        assert f"re-run from its bundle (attempt 1): {verdict}" in cell["title"]
+        assert f'href="/reruns/{made.uuid}/"' in cell["tip"]
+    assert before[0]["letter"] == "X"
+    failures_only = cells(client.get("/?failures=on").content.decode())
+    assert [cell["href"] for cell in failures_only] == [f"/runs/{original.uuid}/"]

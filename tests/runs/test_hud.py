@@ -2,6 +2,7 @@
 
 import re
 from datetime import timedelta
+from html import unescape
 
 import pytest
 from django.contrib.auth.models import User
@@ -18,7 +19,9 @@ pytestmark = pytest.mark.django_db
 
 START = timezone.now() - timedelta(days=2)
 CELL = re.compile(
-    r'<td class="cell cell-(.) tone-(\w+)( retried)?"><a href="([^"]+)" title="([^"]*)">(.)</a>'
+    r'<td class="cell cell-(.) tone-(\w+)( retried)?( repro-[\w-]+)?"><a href="([^"]+)" '
+    r'aria-describedby="tip-[\w-]+">(.)</a><span class="hud-tip" role="tooltip" '
+    r'id="tip-[\w-]+">(.*?)</span></td>'
 )
 
 
@@ -73,10 +76,15 @@ def acme():
 
 
 def cells(html: str) -> list[dict]:
+    """Each cell: its letter, tone, marks, link, and its details as text, a line each."""
     return [
-        {"letter": m[0], "tone": m[1], "retried": bool(m[2]), "href": m[3], "title": m[4]}
+        {
+            "letter": m[0], "tone": m[1], "retried": bool(m[2]), "repro": m[3].strip(),
+            "href": m[4], "title": unescape(re.sub(r"<[^>]+>", "", m[6].replace("<br>", "\n"))),
+            "tip": m[6],
+        }
         for m in CELL.findall(html)
-    ]
+    ]  # fmt: skip
 
 
 def hud(client, query: str = "") -> str:
@@ -185,24 +193,84 @@ def test_columns_are_jobs_grouped_by_backend_under_a_two_level_header(client):
     assert html.count('class="hud-row') == 1  # one commit, one row
 
 
-def test_a_rerun_is_another_attempt_of_its_cell_never_a_row_or_column(client):
+def test_a_rerun_of_failed_jobs_is_another_attempt_of_its_cell_never_a_row_or_column(client):
     backend = acme()
     first = plant(
         backend, 1, status="failed", outcomes=("failed",), changed_since_green=["no green run yet"]
     )
     second = attempts.start(first, 2).run  # "re-run failed jobs"
     Run.objects.filter(pk=second.pk).update(status="passed", created_at=first.created_at)
-    manual = Trigger.objects.create(backend=backend, kind="manual", pytorch_sha=sha(1))
-    bundle = plant(backend, 1, job="acme (re-run)", trigger=manual, later=5)  # a bundle's re-run
     html = hud(client)
     assert html.count('class="hud-row') == 1
     assert re.findall(r'<th class="job"[^>]*>([^<]+)</th>', html) == ["latest"]
     (cell,) = cells(html)
-    assert cell["href"] == f"/runs/{bundle.uuid}/" and cell["retried"]
+    assert cell["href"] == f"/runs/{second.uuid}/" and cell["retried"]
     assert cell["letter"] == "F" and cell["tone"] == "amber"  # passed after a failed attempt
-    assert cell["title"].startswith("acme (re-run): passed · attempt 3 of 3")
+    assert cell["title"].startswith("acme: passed · attempt 2 of 2")
     assert "acme: failed · no earlier green run to compare with · attempt 1" in cell["title"]
-    assert ">manual<" in html
+
+
+def rerun_from_bundle(original: Run, status: str, later: int = 5) -> Run:
+    """A bundle's re-run of `original`, as reproducibility.rerun.start makes it."""
+    from reproducibility.models import Rerun
+
+    manual = Trigger.objects.create(
+        backend=original.backend, kind="manual", pytorch_sha=original.pytorch_sha
+    )
+    at = int((original.created_at - START).total_seconds() // 60)
+    made = plant(
+        original.backend, at, job=f"{original.job_name} (re-run)", trigger=manual,
+        status=status, outcomes=("passed",) if status == "passed" else ("failed",), later=later,
+    )  # fmt: skip
+    Rerun.objects.create(original=original, run=made)
+    return made
+
+
+@pytest.mark.parametrize(
+    "status, verdict",
+    [("passed", "not reproduced"), ("failed", "reproduced"), ("running", "reproducing")],
+)
+def test_a_bundles_rerun_marks_its_cell_reproduced_or_not_and_never_changes_its_verdict(
+    client, status, verdict
+):
+    backend = acme()
+    red = plant(backend, 1, status="failed", outcomes=("failed",), changed_since_green=["PyTorch"])
+    rerun_from_bundle(red, status)
+    html = hud(client)
+    assert html.count('class="hud-row') == 1
+    assert re.findall(r'<th class="job"[^>]*>([^<]+)</th>', html) == ["latest"]
+    (cell,) = cells(html)
+    # The upstream verdict stands: the red X of the original, its page, one attempt.
+    assert (cell["letter"], cell["tone"], cell["retried"]) == ("X", "red", False)
+    assert cell["href"] == f"/runs/{red.uuid}/"
+    assert cell["title"].startswith("acme: failed")
+    assert f"re-run from its bundle (attempt 1): {verdict}," in cell["title"]
+    assert cell["repro"] == f"repro-{verdict.replace(' ', '-')}"
+    assert ">manual<" not in html  # a reproduction is no new build of the commit
+    # "Failures only" still finds the commit, and "Red now" lists the original alone.
+    assert [c["href"] for c in cells(hud(client, "?failures=on"))] == [f"/runs/{red.uuid}/"]
+    red_now = html[html.index("<h2>Red now</h2>") :]
+    assert f"/runs/{red.uuid}/" in red_now and "(re-run)" not in red_now
+
+
+def test_a_cells_details_tell_job_status_attempt_times_tests_and_the_log(client):
+    backend = acme()
+    red = plant(
+        backend, 1, status="failed", outcomes=("passed", "failed", "skipped"),
+        changed_since_green=["no green run yet"],
+    )  # fmt: skip
+    plant(backend, 2, status="running", outcomes=("passed",))
+    running, failed = cells(hud(client))
+    assert failed["title"].splitlines()[:3] == [
+        "acme: failed · no earlier green run to compare with · attempt 1 of 1",
+        "queued 30 s · ran 1 min 00 s",
+        "1 passed, 1 failed, 1 skipped: 1 of 3 tests passed",
+    ]
+    assert f'<a class="log" href="/runs/{red.uuid}/log/">log</a>' in failed["tip"]  # its log page
+    assert running["title"].splitlines()[:2] == [
+        "acme: running · attempt 1 of 1",
+        "queued 30 s · still running",
+    ]
 
 
 def test_a_first_red_run_says_there_is_no_earlier_green_run(client):
@@ -375,7 +443,7 @@ def test_what_the_cache_keeps_changes_as_soon_as_a_run_finishes_is_added_or_dele
     rerun = plant(backend, 1, trigger=trigger, status="timed_out", later=30)
     (newest, settled) = cells(hud(client))
     assert settled["letter"] == "T" and settled["retried"]
-    assert settled["href"] == f"/runs/{rerun.uuid}/log/"  # a red cell opens its log
+    assert settled["href"] == f"/runs/{rerun.uuid}/"
 
     # Deleted runs leave the page and what it says is red.
     Run.objects.filter(pytorch_sha=sha(2)).delete()

@@ -9,7 +9,7 @@ from django.core.management.base import BaseCommand
 from django.db import OperationalError, connection
 
 from demo import main_job
-from runs.models import Backend, RelayCallback, Run
+from runs.models import Backend, RelayCallback, Run, Trigger
 from selection import pipeline
 from selection.progress import Bar, Progress
 
@@ -80,6 +80,25 @@ class Command(BaseCommand):
         pending = backend.proposals.filter(status="pending").count()
         self.stdout.write(f"    {pending} proposal(s) waiting at http://127.0.0.1:8000/review/")
 
+    def report_runs(self, trigger: Trigger | None) -> None:
+        """Each of the trigger's runs: its outcome, its page and its reproduction bundle."""
+        if trigger is None:
+            return
+        for run in trigger.runs.all():
+            counts = run.test_counts()
+            self.stdout.write(
+                f"    run {run.job_name} ({trigger.get_kind_display()}): {run.status}, "
+                f"{counts['passed']} passed, {counts['failed']} failed, "
+                f"{counts['skipped']} skipped; {run.failures.count()} failures classified"
+            )
+            self.stdout.write(f"    {run.page_url()}")
+            bundle = run.bundles.current().first()
+            if bundle:
+                self.stdout.write(
+                    f"    repro bundle: {bundle.get_status_display()}, {bundle.size:,} bytes, "
+                    f"at {run.page_url()}reproducibility/"
+                )
+
     def step(self, text: str) -> None:
         self.stdout.write(self.style.MIGRATE_HEADING(f"==> {text}"))
 
@@ -104,25 +123,21 @@ class Command(BaseCommand):
             bar.close()
             self.stdout.write(f"    dispatch {dispatch.delivery_id}: {dispatch.verdict}")
             self.stdout.write(f"    {dispatch.verdict_reason}")
-            trigger = getattr(dispatch, "trigger", None)
-            for run in trigger.runs.all() if trigger else []:
-                counts = run.test_counts()
-                self.stdout.write(
-                    f"    run {run.job_name}: {run.status}, {counts['passed']} passed, "
-                    f"{counts['failed']} failed, {counts['skipped']} skipped; "
-                    f"{run.failures.count()} failures classified"
-                )
-                self.stdout.write(f"    {run.page_url()}")
-                bundle = run.bundles.current().first()
-                if bundle:
-                    self.stdout.write(
-                        f"    repro bundle: {bundle.get_status_display()}, {bundle.size:,} bytes, "
-                        f"at {run.page_url()}reproducibility/"
-                    )
+            self.report_runs(getattr(dispatch, "trigger", None))
+            self.step("the nightly of the same commit: the same job, run as a nightly")
+            bar = Bar(sys.stderr)
+            with run_progress(state.backend, bar):
+                nightly = main_job.start_nightly(state.backend)
+            bar.close()
+            self.report_runs(nightly)
             delivered = RelayCallback.objects.filter(
                 run__backend=state.backend, status=RelayCallback.Status.DELIVERED
             ).count()
             self.stdout.write(f"    {delivered} HUD callback(s) delivered to the relay simulator")
+            self.stdout.write(
+                "    pull-request and nightly figures at http://127.0.0.1:8000/summary/ "
+                "and http://127.0.0.1:8000/metrics/"
+            )
             if not no_selection:
                 self.select(state.backend)
             self.stdout.write(
