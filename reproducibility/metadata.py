@@ -139,6 +139,16 @@ def replay_env(record: dict[str, Any], environments: list[dict[str, Any]]) -> di
     }
 
 
+def reproduction(run: Run) -> dict[str, Any]:
+    """What re-running the run's tests takes, as its bundle records it: the pytest command's
+    shape (`command`) and the variables a re-run sets (`replay_env`), for a log page."""
+    saved = RunRecord.objects.filter(run=run).values_list("command", flat=True).first()
+    record = {"command": saved} if saved is not None else capture.record_fields(run)
+    first = WorkerEnvironment.objects.of_run(run).first()
+    environments = [environment_facts(first)] if first else []
+    return {"command": record["command"], "env": replay_env(record, environments)}
+
+
 ATTEMPT_FIELDS = {"node_id": "node_id", "shard": "shard__index", "attempt": "attempt",
                   "outcome": "outcome", "duration": "duration", "message": "message", "op": "op",
                   "dtype": "dtype", "module": "module", "mode": "mode"}  # fmt: skip

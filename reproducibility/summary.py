@@ -84,6 +84,7 @@ def context(run: Run, outcome: str) -> dict[str, Any]:
         "attempts": shown,
         "attempts_matching": matching,
         "attempts_limit": ATTEMPTS_SHOWN,
+        "failing": [str(outcome) for outcome in TestResult.FAILING],  # their messages link a log
         "outcome_counts": outcome_counts(run),
         "counts": run.test_counts(),  # per test at its final attempt, as the run page counts
         "bundles": list(run.bundles.order_by("-created_at", "-pk")[:10]),

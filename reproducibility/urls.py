@@ -22,6 +22,8 @@ urlpatterns = [
         views.rerun_create,
         name="rerun_create",
     ),
+    path("runs/<uuid:uuid>/log/", views.test_log, name="test_log"),
+    path("runs/<uuid:uuid>/log/shard-<int:index>/", views.shard_log, name="shard_log"),
     path("reruns/<uuid:uuid>/", views.rerun_detail, name="rerun_detail"),
     path(
         "runs/<uuid:uuid>/reproducibility/bisections/",

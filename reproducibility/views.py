@@ -2,16 +2,16 @@
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import FileResponse, HttpRequest, HttpResponse, JsonResponse
+from django.http import FileResponse, Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 from django_htmx.http import HttpResponseStopPolling
 
 from crcr_site.lib.access import reviewer_required
 from crcr_site.lib.htmx import HtmxHttpRequest
-from reproducibility import access, attestation, bisect, bundles, rerun, summary
+from reproducibility import access, attestation, bisect, bundles, logs, rerun, summary
 from reproducibility import metadata as run_metadata
-from reproducibility.forms import AttemptFilterForm, BundleForm
+from reproducibility.forms import AttemptFilterForm, BundleForm, ShardLogForm, TestLogForm
 from reproducibility.models import Bisection, Bundle, Rerun
 
 
@@ -131,3 +131,55 @@ def bisection_detail(request: HtmxHttpRequest, uuid: str) -> HttpResponse:
         response = render(request, "reproducibility/bisection_detail.html#steps", context)
         return HttpResponseStopPolling(response.content) if bisection.is_finished else response
     return render(request, "reproducibility/bisection_detail.html", context)
+
+
+@login_required
+def test_log(request: HttpRequest, uuid: str) -> HttpResponse:
+    """A failed test's log: its trace with the error line marked, and how to reproduce it
+    (without `test`: the run's first regression, else its first failure)."""
+    run = access.run_for(uuid)
+    form = TestLogForm(request.GET)
+    context: dict[str, object] = {"run": run, "form": form, "nav": "runs"}
+    if not form.is_valid():
+        return render(request, "reproducibility/test_log.html", context, status=400)
+    node_id = form.cleaned_data["test"] or logs.first_failure(run)
+    found = logs.test_log(run, node_id, form.cleaned_data["attempt"]) if node_id else None
+    context |= {"asked": node_id, "log": found, "shards": run.shards.listed()}
+    if found is None:
+        return render(
+            request, "reproducibility/test_log.html", context, status=404 if node_id else 200
+        )
+    context |= {
+        "reproduce": logs.reproduce(run, found.node_id),
+        "others": logs.other_failures(run, found.node_id),
+    }
+    return render(request, "reproducibility/test_log.html", context)
+
+
+@login_required
+def shard_log(request: HttpRequest, uuid: str, index: int) -> HttpResponse:
+    """One process output of a shard, a page of lines at a time, its failures marked."""
+    run = access.run_for(uuid)
+    shard = logs.shard_for(run, index)
+    if shard is None:
+        raise Http404("this run has no such shard")
+    form = ShardLogForm(request.GET)
+    context: dict[str, object] = {"run": run, "shard": shard, "form": form, "nav": "runs"}
+    if not form.is_valid():
+        return render(request, "reproducibility/shard_log.html", context, status=400)
+    asked = form.cleaned_data
+    outputs = logs.shard_logs(run, index)
+    shown = next(
+        (o for o in outputs if (o.claim, o.process) == (asked["claim"], asked["process"])),
+        outputs[0] if outputs else None,
+    )
+    page = logs.read_page(shown.name, asked["page"], asked["test"]) if shown else None
+    failed = shard.results.filter(failure__isnull=False).select_related("failure")
+    context |= {
+        "outputs": outputs,
+        "shown": shown,
+        "page": page,
+        "failed": failed.order_by("node_id")[: logs.OTHER_FAILURES],
+        "failed_count": failed.count(),
+    }
+    return render(request, "reproducibility/shard_log.html", context)

@@ -23,6 +23,7 @@ from crcr_reuse.launcher import die_with_parent, kill
 from django.conf import settings
 from django.core.files import File
 
+from runs.excerpts import clip
 from runs.models import Artifact, Backend
 
 # How often a running build's last line is reported (seconds).
@@ -173,7 +174,7 @@ def tail(log: Path, size: int = 3000) -> str:
 
 def last_line(log: Path) -> str:
     lines = tail(log, 400).splitlines()
-    return lines[-1][:200] if lines else ""
+    return clip(lines[-1], 200) if lines else ""
 
 
 def normalized(name: str) -> str:

@@ -61,7 +61,7 @@ from runs.models.results import final_counts, summary
 PER_PAGE = 50
 # A settled commit's cells in the cache: their format (bumped when the HTML changes), and
 # how long they stay when no page asks for them.
-CELLS_FORMAT = 2
+CELLS_FORMAT = 3
 CELLS_KEPT_SECONDS = 24 * 3600
 
 # The HUD job of a run: a bundle's re-run is filed under its job (the filter and the
@@ -284,8 +284,11 @@ def _cells(job: str, shas: list[str], hidden_for: list[str]) -> dict[str, dict[s
     # One reverse() for the page: a run's URL differs from another's by its UUID alone.
     run_url = reverse("runs:run_detail", args=[_ANY_UUID]).split(_ANY_UUID)
     rerun_url = reverse("reproducibility:rerun_detail", args=[_ANY_UUID]).split(_ANY_UUID)
+    # The run's log: reproducibility's page (its first failure's trace, else its shards'
+    # outputs), reached by name.
+    log_url = reverse("reproducibility:test_log", args=[_ANY_UUID]).split(_ANY_UUID)
     return {
-        sha: {name: _show(cell, run_url, rerun_url) for name, cell in by_job.items()}
+        sha: {name: _show(cell, run_url, rerun_url, log_url) for name, cell in by_job.items()}
         for sha, by_job in cells.items()
     }
 
@@ -417,13 +420,13 @@ class Shown(NamedTuple):
     execution: list[float]
 
 
-def _show(cell: Cell, run_url: list[str], rerun_url: list[str]) -> Shown:
+def _show(cell: Cell, run_url: list[str], rerun_url: list[str], log_url: list[str]) -> Shown:
     run = cell.run
     retried = " retried" if len(cell.attempts) > 1 else ""
     link = f"{run_url[0]}{run.uuid}{run_url[1]}"
     tip = "<br>".join(escape(line) for line in cell.details)
-    # The log: the run page's failures (a red run) or its shards, until a log page exists.
-    tip += f'<br><a class="log" href="{link}#{"failures" if cell.tone == "red" else "progress"}">log</a>'
+    # The log: the run's first failure's trace (a red run), else its shards' outputs.
+    tip += f'<br><a class="log" href="{log_url[0]}{run.uuid}{log_url[1]}">log</a>'
     repro = ""
     if made := cell.reproduction:
         verdict = made.verdict.replace(" ", "-")

@@ -7,17 +7,20 @@ the cache once the run finished. Every text is escaped here (`html.escape`, as D
 from collections.abc import Iterable
 from html import escape
 from typing import Any
+from urllib.parse import urlencode
 
 from django.core.cache import cache
 from django.template.defaultfilters import floatformat
+from django.urls import reverse
 from django.utils.safestring import SafeString, mark_safe
-from django.utils.text import Truncator
 
 from runs import charts
+from runs.excerpts import clip
 from runs.models import Failure, Run, Shard
 
 SHARD_STATUSES = dict(Shard.Status.choices)
 KEPT = 24 * 3600  # seconds a finished run's parts stay in the cache
+FORMAT = 2  # of the kept parts' HTML: bumped when it changes
 
 
 def progress(run: Run) -> dict[str, Any]:
@@ -30,7 +33,7 @@ def progress(run: Run) -> dict[str, Any]:
     version's diff: a view reads the run and no shard, failure or result.
     """
     ended = run.finished_at if run.is_finished and run.failure_summary is not None else None
-    key = f"run-progress:{run.pk}:{ended.timestamp()}" if ended else ""
+    key = f"run-progress:{FORMAT}:{run.pk}:{ended.timestamp()}" if ended else ""
     if key and (kept := cache.get(key)) is not None:
         return dict(kept)
     shards = list(run.shards.listed())  # without each shard's list of test ids
@@ -41,13 +44,13 @@ def progress(run: Run) -> dict[str, Any]:
         # shards' are counted from their results).
         "tests_planned": sum(shard.test_count for shard in shards),
         "tests_running": sum(s.tests_done for s in shards if s.status == Shard.Status.RUNNING),
-        "shard_rows": shard_rows(shards),
+        "shard_rows": shard_rows(shards, logs_of(run)),
         "chart": charts.shard_durations([shard.chart_bar() for shard in shards]),
         "failure_groups": [
             {
                 "category": group["category"], "verdict": group["verdict"],
                 "count": group["count"], "more": group["more"],
-                "shown": len(group["failures"]), "listed": failure_items(group["failures"]),
+                "shown": len(group["failures"]), "listed": failure_items(group["failures"], logs_of(run)),
             }
             for group in run.failure_groups()
         ],
@@ -57,14 +60,21 @@ def progress(run: Run) -> dict[str, Any]:
     return parts
 
 
-def shard_rows(shards: Iterable[Shard]) -> SafeString:
-    """A row a shard: index, tests, estimated and actual seconds, status (with its progress
-    while running, its error), attempts and worker. Shards come from `Shard.objects.listed()`
-    (`test_count` without the list of ids)."""
-    return mark_safe("".join(_shard(shard) for shard in shards))  # escaped in _shard
+def logs_of(run: Run) -> str:
+    """The URL of the run's log pages (`/runs/<uuid>/log/`): a failed test's log is at
+    `?test=<id>`, a shard's output at `shard-<index>/`. They are reproducibility's pages,
+    reached by name: runs never imports that app."""
+    return reverse("reproducibility:test_log", args=[run.uuid])
 
 
-def _shard(shard: Any) -> str:
+def shard_rows(shards: Iterable[Shard], logs: str) -> SafeString:
+    """A row a shard: index (a link to its output), tests, estimated and actual seconds,
+    status (with its progress while running, its error), attempts and worker. Shards come
+    from `Shard.objects.listed()` (`test_count` without the list of ids)."""
+    return mark_safe("".join(_shard(shard, logs) for shard in shards))  # escaped in _shard
+
+
+def _shard(shard: Any, logs: str) -> str:
     actual = shard.actual_seconds
     status = escape(SHARD_STATUSES.get(shard.status, shard.status))
     if shard.status == Shard.Status.RUNNING:
@@ -75,7 +85,8 @@ def _shard(shard: Any) -> str:
     if shard.error:
         status += _error(shard.error)
     return (
-        f"<tr><td>{shard.index}</td><td>{shard.test_count}</td>"
+        f'<tr><td><a href="{logs}shard-{shard.index}/" title="shard {shard.index}\'s output">'
+        f"{shard.index}</a></td><td>{shard.test_count}</td>"
         f"<td>{floatformat(shard.estimated_seconds, 0)} s</td>"
         f"<td>{f'{floatformat(actual, 0)} s' if actual is not None else '—'}</td>"
         f"<td>{status}</td><td>{shard.attempts}</td><td>{escape(shard.worker)}</td></tr>"
@@ -86,7 +97,7 @@ def _error(error: str) -> str:
     """A shard's error: its first line, and the rest (a test process's last output, its
     stacks) folded below it."""
     first, _, rest = error.strip().partition("\n")
-    shown = f": {escape(Truncator(first).chars(200))}"
+    shown = f": {escape(clip(first, 200))}"
     if not rest.strip() and len(first) <= 200:
         return shown
     return (
@@ -95,15 +106,18 @@ def _error(error: str) -> str:
     )
 
 
-def failure_items(failures: Iterable[Failure]) -> SafeString:
-    """A list item a failure: its test, its operator, its first line and its verdict's reason."""
-    return mark_safe("".join(_failure(failure) for failure in failures))  # escaped in _failure
+def failure_items(failures: Iterable[Failure], logs: str) -> SafeString:
+    """A list item a failure: its test (a link to its log), its operator, its error line and
+    its verdict's reason."""
+    return mark_safe("".join(_failure(failure, logs) for failure in failures))  # escaped below
 
 
-def _failure(failure: Failure) -> str:
+def _failure(failure: Failure, logs: str) -> str:
     op = f" · op <code>{escape(failure.op_name)}</code>" if failure.op_name else ""
+    node_id = failure.result.node_id
     return (
-        f"<li><code>{escape(failure.result.node_id)}</code>{op}<br>"
-        f'<span class="muted">{escape(Truncator(failure.first_line).chars(300))}</span><br>'
+        f'<li><a href="{logs}?{escape(urlencode({"test": node_id}))}" title="its log">'
+        f"<code>{escape(node_id)}</code></a>{op}<br>"
+        f'<span class="muted">{escape(clip(failure.first_line, 300))}</span><br>'
         f"<small>{escape(failure.verdict_reason)}</small></li>"
     )

@@ -172,6 +172,63 @@ def _readable_lines(text: str) -> list[str]:
     return kept
 
 
+# An exception's own line: `AssertionError: …`, `torch.OutOfMemoryError`, `Failed: …`.
+_EXCEPTION = re.compile(
+    r"^(?:[A-Za-z_][\w]*\.)*(?:[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Warning)|Failed)\b(?::|$)"
+)
+# pytest's location line under a trace: `test/test_x.py:15: AssertionError`.
+_LOCATION = re.compile(r"^\S+:\d+: \S")
+# pytest's error lines: `E       AssertionError: …`.
+_E_LINE = re.compile(r"^E(?:\s|$)")
+
+
+def error_line_index(lines: Sequence[str]) -> int | None:
+    """Which of a trace's lines is its error: the line a person reads first.
+
+    Read from the end, as `classify` reads: the last block of pytest's `E` lines gives its
+    first line naming an exception (else its first line); a plain traceback, its last line
+    naming one; else pytest's location line (`path:line: Error`); else the last line that
+    is not a frame's local (`self = <…>`). None for a trace without a line.
+    """
+    block_end = None
+    for n in range(len(lines) - 1, -1, -1):
+        if _E_LINE.match(lines[n]):
+            block_end = n
+            break
+    if block_end is not None:
+        start = block_end
+        while start > 0 and _E_LINE.match(lines[start - 1]):
+            start -= 1
+        block = range(start, block_end + 1)
+        named = [n for n in block if _EXCEPTION.match(lines[n][1:].strip())]
+        filled = [n for n in block if lines[n][1:].strip()]
+        return (named or filled or [start])[0]
+    for pattern in (_EXCEPTION, _LOCATION):
+        for n in range(len(lines) - 1, -1, -1):
+            if pattern.match(lines[n].strip()):
+                return n
+    for n in range(len(lines) - 1, -1, -1):
+        text = lines[n].strip()
+        if text and not re.match(r"^\w+ = ", text):
+            return n
+    return None
+
+
+def is_error_line(line: str) -> bool:
+    """Whether a line of pytest's output is an `E` line naming an exception."""
+    return bool(_E_LINE.match(line) and _EXCEPTION.match(line[1:].strip()))
+
+
+def error_line(text: str) -> str:
+    """A failure's error line (`error_line_index`), without pytest's `E` prefix."""
+    lines = text.splitlines()
+    n = error_line_index(lines)
+    if n is None:
+        return ""
+    line = lines[n]
+    return (line[1:] if _E_LINE.match(line) else line).strip()
+
+
 def classify(
     message: str, traceback: str = "", rules: Sequence[Rule] | None = None
 ) -> Classification:

@@ -30,6 +30,7 @@ from typing import Any, Protocol
 
 from crcr_reuse.schema import MODES, NAME_FORM, canonical_dtype
 
+from runs.excerpts import clip
 from selection.capabilities import Capabilities
 from selection.source_facts import EXCLUDES_PRIVATEUSE1
 
@@ -223,11 +224,11 @@ def _first_line(text: str) -> str:
     lines = [line.strip().removeprefix("E").strip() for line in text.strip().splitlines()]
     for line in reversed(lines):
         if re.match(r"^[\w.]*(Error|Exception)\b", line):
-            return line[:200]
+            return clip(line, 200)
     useful = [
         line for line in lines if line and "PYTORCH_" not in line and "To execute" not in line
     ]
-    return useful[-1][:200] if useful else ""
+    return clip(useful[-1], 200) if useful else ""
 
 
 # -- the language-model classifier -----------------------------------------------------------

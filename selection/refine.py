@@ -31,7 +31,8 @@ from crcr_reuse.launcher import PytestRun, TestEnvironment, collected_ids
 from crcr_reuse.outcomes import TestRecord
 
 from runs.crash_pinning import Executor, ShardSpec
-from runs.triage import classify
+from runs.excerpts import clip, clip_start
+from runs.triage import classify, error_line
 from selection.capabilities import Capabilities, device_variables
 
 Key = tuple[str, str, str]
@@ -124,7 +125,7 @@ def collection_errors(output: str) -> dict[str, str]:
         lines = [
             line.removeprefix("E").strip() for line in block.splitlines() if line.startswith("E ")
         ]
-        errors[path] = lines[-1][:300] if lines else "collection error"
+        errors[path] = clip(lines[-1], 300) if lines else "collection error"
     return errors
 
 
@@ -237,8 +238,8 @@ def observe(
                     "op": found.op_overload or found.op or "",
                     "dtype": found.dtype or props.get("dtype", ""),
                     "opinfo": props.get("op", ""),
-                    "line": found.line[:300] or _last_line(final.message),
-                    "message": final.message[-600:],
+                    "line": clip(found.line or error_line(final.message), 300),
+                    "message": clip_start(final.message, 600),
                 }
             )
     return dict(observed)
@@ -247,13 +248,9 @@ def observe(
 def _import_failure(record: TestRecord) -> dict[str, Any]:
     return {
         "node_id": record.node_id, "outcome": "error", "category": "test_error", "op": "",
-        "dtype": "", "opinfo": "", "line": record.message[:300], "message": record.message[-600:],
+        "dtype": "", "opinfo": "", "line": clip(error_line(record.message), 300),
+        "message": clip_start(record.message, 600),
     }  # fmt: skip
-
-
-def _last_line(text: str) -> str:
-    lines = [line for line in text.strip().splitlines() if line.strip()]
-    return lines[-1][:300] if lines else ""
 
 
 # -- correcting -------------------------------------------------------------------------------

@@ -187,3 +187,16 @@
     if (box) { event.preventDefault(); box.focus(); }
   });
 })();
+/* Log pages: f jumps to the failure, n and p turn the pages of a long log. Ignored while
+   typing in a field. */
+(function () {
+  var keys = { f: "a[data-jump]", n: "a[rel=next]", p: "a[rel=prev]" };
+  document.addEventListener("keydown", function (event) {
+    if (!document.querySelector("[data-log]") || event.ctrlKey || event.metaKey || event.altKey) return;
+    if (event.target.closest && event.target.closest("input, textarea, select, [contenteditable]")) return;
+    var link = keys[event.key] && document.querySelector(keys[event.key]);
+    if (!link) return;
+    event.preventDefault();
+    link.click();
+  });
+})();

@@ -9,6 +9,7 @@ from django.db import connection, models
 from django.utils import timezone
 
 from runs.models.runs import Run
+from runs.triage import error_line
 
 if TYPE_CHECKING:
     from runs.charts import Bar
@@ -273,8 +274,9 @@ class Failure(models.Model):
 
     @property
     def first_line(self) -> str:
-        text = self.decisive_line or self.result.message
-        return next((line for line in text.splitlines() if line.strip()), "")
+        """The line that says what failed: the one its rule decided on, else the trace's error
+        line (`AssertionError: …`, never a frame's `self = <…>`)."""
+        return self.decisive_line.strip() or error_line(self.result.message)
 
 
 class TestDuration(models.Model):

@@ -185,6 +185,14 @@ class Run(Leased):
         base = (base or settings.CRCR_PUBLIC_URL).rstrip("/")
         return f"{base}{reverse('runs:run_detail', args=[self.uuid])}"
 
+    def log_url(self, shard_index: int | None = None) -> str:
+        """The absolute URL of the run's log (the page of its first failure), or of one
+        shard's output: reproducibility's log pages, reached by name (runs never imports
+        that app)."""
+        base = settings.CRCR_PUBLIC_URL.rstrip("/")
+        path = reverse("reproducibility:test_log", args=[self.uuid])
+        return f"{base}{path}" + (f"shard-{shard_index}/" if shard_index is not None else "")
+
     def test_counts(self) -> dict[str, int]:
         """passed/failed/skipped/total over each test's final attempt, counted in the database."""
         # Imported here: results.py imports Run for its foreign keys.

@@ -123,6 +123,7 @@ def _queue(run: Run, transition: str, shard: Shard | None, body: dict[str, Any])
 
 
 def _body(run: Run, shard: Shard | None, status: str, **extra: Any) -> dict[str, Any]:
+    extra.setdefault("artifact_url", run.page_url())
     return protocol.build_callback(
         client_payload(run) or {},
         status=status,  # type: ignore[arg-type]
@@ -133,7 +134,6 @@ def _body(run: Run, shard: Shard | None, status: str, **extra: Any) -> dict[str,
         job_name=_job_name(run, shard),
         check_run_id=shard.pk if shard else run.pk,
         started_at=(shard.started_at if shard else run.started_at) or timezone.now(),
-        artifact_url=run.page_url(),
         **extra,
     )
 
@@ -248,10 +248,20 @@ def _completed_body(run: Run, shard: Shard | None) -> dict[str, Any]:
         conclusion=conclusion,
         completed_at=ended or timezone.now(),
         test_results=counts,
+        artifact_url=_log_url(run, shard, failures),
         failed_tests_detail=[_detail(failure) for failure in failures[:1000]],
         triage_verdict=_triage(run, list(failures)),
         environment=_environment(run, shard),
     )
+
+
+def _log_url(run: Run, shard: Shard | None, failures: QuerySet[Failure]) -> str:
+    """Where a finished HUD job's `artifact_url` leads (an http(s) URL, as the protocol
+    asks): a shard's job to its output, a run's with a failure to its first failure's log,
+    else to the run's page."""
+    if shard is not None:
+        return run.log_url(shard.index)
+    return run.log_url() if failures.exists() else run.page_url()
 
 
 def _environment(run: Run, shard: Shard | None) -> dict[str, str] | None:

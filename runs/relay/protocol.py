@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from runs import excerpts
+
 SCHEMA_VERSION = "1"
 AUDIENCE = "pytorch-cross-repo-ci-relay"
 CALLBACK_PATH = "/github/callback"
@@ -41,7 +43,7 @@ MAX_BODY_BYTES = 2 * 1024 * 1024
 # add to its trusted block; a body whose forward would pass MAX_FORWARD_BYTES is trimmed.
 WRAPPER_MARGIN_BYTES = 1024
 MAX_FORWARD_BYTES = MAX_BODY_BYTES - WRAPPER_MARGIN_BYTES
-ELLIPSIS = "…"
+ELLIPSIS = excerpts.ELLIPSIS
 
 _SHA = re.compile(r"^[0-9a-f]{40}$")
 _DIGITS = re.compile(r"^[0-9]+$")
@@ -267,21 +269,14 @@ def _size(value: Any) -> int:
 
 
 def keep_start(text: str, max_bytes: int) -> str:
-    """`text` cut to `max_bytes` of UTF-8, keeping its start and marking the cut."""
-    data = text.encode()
-    if len(data) <= max_bytes:
-        return text
-    room = max_bytes - len(ELLIPSIS.encode())
-    return data[:room].decode(errors="ignore") + ELLIPSIS
+    """`text` cut to `max_bytes` of UTF-8, keeping its start and marking the cut (at a word's
+    end: `runs.excerpts`)."""
+    return excerpts.clip(text, max_bytes, encoded=True)
 
 
 def keep_end(text: str, max_bytes: int) -> str:
     """`text` cut to `max_bytes` of UTF-8, keeping its end: a traceback ends with the error."""
-    data = text.encode()
-    if len(data) <= max_bytes:
-        return text
-    room = max_bytes - len(ELLIPSIS.encode())
-    return ELLIPSIS + data[len(data) - room :].decode(errors="ignore")
+    return excerpts.clip_start(text, max_bytes, encoded=True)
 
 
 # --- the relay's forward to the HUD ---------------------------------------------------------

@@ -12,8 +12,8 @@ from django.urls import get_script_prefix, reverse
 from django.utils import dateformat, timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
-from django.utils.text import Truncator
 
+from runs.excerpts import clip
 from selection.models import Proposal
 
 register = template.Library()
@@ -55,7 +55,7 @@ def _device(device: dict[str, Any]) -> SafeString:
             failure.get("category", ""),
             format_html(" · <code>{}</code>", failure["op"]) if failure.get("op") else "",
             format_html(" · {}", failure["dtype"]) if failure.get("dtype") else "",
-            Truncator(str(failure.get("line", ""))).chars(160),
+            clip(str(failure.get("line", "")), 160),
             failure.get("message", ""),
         )
         for failure in (get("failures") or [])[:2]

@@ -154,7 +154,9 @@ def test_a_run_page_costs_the_same_queries_with_5000_results_and_lists_a_summary
     assert f"{5_100 - failed} passed, {failed} failed, 0 skipped of 5100" in " ".join(body.split())
     assert big_run.test_counts() == {"passed": 5_100 - failed, "failed": failed, "skipped": 0,
                                      "total": 5_100}  # fmt: skip
-    listed = re.findall(r"<li><code>test/test_big\.py::", body)
+    listed = re.findall(
+        r'<li><a href="[^"]+/log/\?test=[^"]+" title="its log"><code>test/test_big\.py::', body
+    )
     assert len(listed) == 3 * FAILURES_SHOWN  # three groups, the first of each listed
     shown = Failure.objects.filter(run=big_run, category="crash").count()
     assert f"crash · regression ({shown})" in body

@@ -121,6 +121,7 @@ def pages_of(run: Run, selection: SelectionRun, change_url: str) -> list[str]:
     slug = run.backend.slug
     return [
         "/", "/runs/", f"/runs/{run.uuid}/", f"/runs/{run.uuid}/reproducibility/",
+        f"/runs/{run.uuid}/log/", f"/runs/{run.uuid}/log/shard-0/",
         "/dispatches/", f"/dispatches/{run.trigger.dispatch.uuid}/", "/review/",
         f"/review/{proposal.uuid}/", "/config-prs/", change_url, change_url + "?view=split",
         f"/configs/{slug}/", f"/configs/{slug}/v2/blame/", "/operators/",

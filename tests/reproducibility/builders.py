@@ -2,6 +2,10 @@
 
 import json
 from typing import Any
+from xml.sax.saxutils import escape
+
+from django.core.files.base import ContentFile
+from django.core.files.storage import default_storage
 
 from runs.models import Artifact, Backend, Dispatch, Failure, Run, Shard, TestResult, Trigger
 from selection.models import ConfigVersion
@@ -72,3 +76,46 @@ def add_result(
         first = next(r for r in results if r.outcome in TestResult.FAILING)
         Failure.objects.create(result=first, run=run, category=category, verdict=verdict)
     return results
+
+
+# A failure as pytest reports a device-instantiated unittest test (the demo's planted fault).
+ADDCMUL_TRACE = """self = <test_x.TestXPRIVATEUSE1 testMethod=test_addcmul_privateuseone_float64>
+device = 'privateuseone:0', dtype = torch.float64
+
+    @dtypes(torch.float64)
+    def test_addcmul(self, device, dtype):
+        a, b, c = (make_tensor((8, 8), device=device, dtype=dtype) for _ in range(3))
+        expected = torch.addcmul(a.cpu(), b.cpu(), c.cpu(), value=0.5)
+>       self.assertEqual(torch.addcmul(a, b, c, value=0.5), expected, exact_device=False)
+E       AssertionError: Tensor-likes are not close!
+E
+E       Mismatched elements: 64 / 64 (100.0%)
+E       Greatest absolute difference: 0.5 at index (0, 0) (up to 1e-07 allowed)
+
+test/test_x.py:15: AssertionError"""
+
+
+def store_shard_output(run: Run, trace: str = ADDCMUL_TRACE, padding: int = 0) -> str:
+    """Shard 0's first process as a device host stores it: its JUnit XML (MISMATCH failed
+    with `trace`, PASSING passed) and its output (`padding` lines of progress before the
+    failure's section). Returns the output's storage name."""
+    folder = f"runs/{run.uuid}/shard-0/attempt-1"
+    cases = (
+        '<testcase classname="test.test_x.TestXPRIVATEUSEONE" '
+        'name="test_addcmul_privateuseone_float64" time="0.5">'
+        f'<failure message="AssertionError: Tensor-likes are not close!">{escape(trace)}'
+        "</failure></testcase>"
+        '<testcase classname="test.test_x.TestXPRIVATEUSEONE" '
+        'name="test_add_privateuseone_float32" time="0.1"/>'
+    )
+    junit = f'<?xml version="1.0"?><testsuites><testsuite name="pytest">{cases}</testsuite></testsuites>'
+    output = "".join(f"test/test_x.py::test_{n} PASSED\n" for n in range(padding))
+    output += (
+        "=================================== FAILURES ===================================\n"
+        "_____ TestXPRIVATEUSEONE.test_addcmul_privateuseone_float64 _____\n"
+        f"{trace}\n"
+        "=========================== short test summary info ============================\n"
+        "1 failed, 1 passed in 1.20s\n"
+    )
+    default_storage.save(f"{folder}/p001.junit.xml", ContentFile(junit.encode()))
+    return default_storage.save(f"{folder}/p001.log", ContentFile(output.encode()))

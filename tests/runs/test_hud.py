@@ -266,7 +266,7 @@ def test_a_cells_details_tell_job_status_attempt_times_tests_and_the_log(client)
         "queued 30 s · ran 1 min 00 s",
         "1 passed, 1 failed, 1 skipped: 1 of 3 tests passed",
     ]
-    assert f'<a class="log" href="/runs/{red.uuid}/#failures">log</a>' in failed["tip"]
+    assert f'<a class="log" href="/runs/{red.uuid}/log/">log</a>' in failed["tip"]  # its log page
     assert running["title"].splitlines()[:2] == [
         "acme: running · attempt 1 of 1",
         "queued 30 s · still running",

@@ -107,9 +107,7 @@ def test_a_cell_tells_its_whole_story_on_hover_and_on_keys_and_a_bundle_rerun_ma
         "re-run from its bundle (attempt 1): reproduced",
     ):
         expect(tip).to_contain_text(field)
-    expect(tip.get_by_role("link", name="log")).to_have_attribute(
-        "href", f"/runs/{red.uuid}/#failures"
-    )
+    expect(tip.get_by_role("link", name="log")).to_have_attribute("href", f"/runs/{red.uuid}/log/")
     box, view = tip.bounding_box(), page.viewport_size
     assert box and view and box["x"] >= 0 and box["x"] + box["width"] <= view["width"]
     page.screenshot(path=f"/tmp/hudcells-hover-{width}.png")

@@ -62,7 +62,8 @@ def test_a_shard_job_reports_its_failed_tests_page_and_environment(
         "os": platform.platform(),
     }
     assert [test["name"] for test in workflow["failed_tests_detail"]] == ["test_0_1"]
-    page = f"{settings.CRCR_PUBLIC_URL.rstrip('/')}/runs/{run.uuid}/"
+    # The HUD's log link: the shard's output, on crcr's log page.
+    page = f"{settings.CRCR_PUBLIC_URL.rstrip('/')}/runs/{run.uuid}/log/shard-0/"
     assert workflow["artifact_url"] == page
     # The HUD's row: the page and the counts; the environment and failure details travel
     # in the callback body it was forwarded, which its extraction does not copy.

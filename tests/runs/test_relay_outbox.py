@@ -73,12 +73,17 @@ def test_each_job_gets_one_in_progress_then_one_completed(
     expected = ["acme / shard 0", "acme / shard 1"] if mode == "per_job" else ["acme"]
     assert jobs_in(simulator) == {job: ["in_progress", "completed"] for job in expected}
     completed = [body for _, status, body in simulator.accepted if status == "completed"]
+    # The HUD's log link (`artifact_url`): the run's failure log, or the shard's output.
     if mode == "aggregate":
         assert completed[0]["workflow"]["test_results"] == run.test_counts()
+        assert completed[0]["workflow"]["artifact_url"] == run.log_url()
+        assert run.log_url().endswith(f"/runs/{run.uuid}/log/")
     else:
         for body in completed:
             index = int(body["workflow"]["job_name"].rsplit(" ", 1)[1])
             assert body["workflow"]["test_results"] == run.shards.get(index=index).test_counts()
+            assert body["workflow"]["artifact_url"] == run.log_url(index)
+            assert run.log_url(index).endswith(f"/runs/{run.uuid}/log/shard-{index}/")
     assert all(body["workflow"]["conclusion"] == "failure" for body in completed)
     assert all(body["delivery_id"] == run.trigger.dispatch.delivery_id for body in completed)
 
