@@ -256,9 +256,7 @@ def _completed_body(run: Run, shard: Shard | None) -> dict[str, Any]:
 
 
 def _log_url(run: Run, shard: Shard | None, failures: QuerySet[Failure]) -> str:
-    """Where a finished HUD job's `artifact_url` leads (an http(s) URL, as the protocol
-    asks): a shard's job to its output, a run's with a failure to its first failure's log,
-    else to the run's page."""
+    """`artifact_url`: a shard's output, else the first failure's log, else the run page."""
     if shard is not None:
         return run.log_url(shard.index)
     return run.log_url() if failures.exists() else run.page_url()
