@@ -135,15 +135,13 @@ def test_enabling_an_operator_answers_before_the_device_is_probed(held, reviewer
     assert response["Location"] == reverse("selection:selectionrun_detail", args=[run.uuid])
     assert run.status == SelectionRun.Status.QUEUED
     page = reviewer.get(response["Location"]).content.decode()
-    assert '<strong class="status-queued">queued</strong>' in page and POLLS in page
+    assert '<span class="badge badge-amber status-queued">queued</span>' in page and POLLS in page
     held.set()
     wait_for(lambda: SelectionRun.objects.get(pk=run.pk).is_finished, what="the selection run")
     done = polled(reviewer, response["Location"])
     ended = SelectionRun.objects.get(pk=run.pk)
     assert done.status_code == 286
-    assert (
-        f'<strong class="status-{ended.status}">{ended.get_status_display()}</strong>' in done.text
-    )
+    assert f'status-{ended.status}">{ended.get_status_display()}</span>' in done.text
 
 
 def test_starting_a_run_answers_before_it_is_planned_and_the_list_follows_it(
@@ -205,7 +203,10 @@ def test_adding_a_backend_from_a_large_file_answers_before_the_check(held, clien
     )
     assert submission.status == ConfigSubmission.Status.QUEUED and not Backend.objects.exists()
     page = client.get(response["Location"]).content.decode()
-    assert '<strong class="status-queued">waiting for a worker</strong>' in page and POLLS in page
+    assert (
+        '<span class="badge badge-amber status-queued">waiting for a worker</span>' in page
+        and POLLS in page
+    )
     held.set()
     wait_for(lambda: Backend.objects.filter(slug="spyre").exists(), what="the check")
     # The outcome is a page of its own (the new backend, or the form with the problems):
