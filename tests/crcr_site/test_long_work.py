@@ -79,7 +79,7 @@ def test_building_a_bundle_answers_before_the_build_and_the_page_follows_it(held
     bundle = run.bundles.get()
     assert response.status_code == 302 and bundle.status == Bundle.Status.PENDING
     page = reviewer.get(response["Location"]).content.decode()
-    assert "<td>pending</td>" in page and POLLS in page
+    assert 'status-pending">pending</span></td>' in page and POLLS in page
     held.set()
     wait_for(lambda: run.bundles.filter(status=Bundle.Status.READY).exists(), what="the bundle")
     done = polled(reviewer, response["Location"])
@@ -116,7 +116,7 @@ def test_a_bisection_answers_before_it_lists_a_commit(held, reviewer, settings, 
     bisection = Bisection.objects.get()
     assert bisection.status == Bisection.Status.QUEUED and not bisection.commits
     page = reviewer.get(response["Location"]).content.decode()
-    assert "Status: <strong>queued</strong>" in page and POLLS in page
+    assert 'Status: <span class="badge badge-amber status-queued">queued</span>' in page and POLLS in page
     held.set()
     wait_for(lambda: Bisection.objects.filter(status="stopped").exists(), what="the bisection")
     done = polled(reviewer, response["Location"])
@@ -179,7 +179,7 @@ def test_a_reviewer_enables_an_operator_and_its_page_follows_it_without_a_reload
 
     page.get_by_role("button", name="Enable lgamma").click()
 
-    status = page.locator("#status strong")
+    status = page.locator("#status .badge")
     expect(status).to_have_text("queued")  # the page answered while the work waits
     assert page.evaluate("document.documentElement.scrollWidth") <= width
     page.evaluate("window.notReloaded = true")  # a reload would drop this mark
@@ -234,7 +234,7 @@ def test_an_admin_uploads_a_large_broken_file_and_its_page_follows_the_check(
 
     page.get_by_role("button", name="Add the backend").click()
 
-    expect(page.locator("#status strong")).to_have_text("waiting for a worker")
+    expect(page.locator("#status .badge")).to_have_text("waiting for a worker")
     expect(page.locator("#status progress")).to_be_visible()
     assert page.evaluate("document.documentElement.scrollWidth") <= width
     if width == 1024:
