@@ -7,6 +7,7 @@ from django.db import transaction
 from django.urls import reverse
 from playwright.sync_api import expect
 
+from runs.models import TestResult
 from selection import configprs
 from selection.models import Proposal, SelectionRun
 from tests.e2e.test_whole_loop import picture
@@ -54,6 +55,14 @@ SPLIT_WORDS = """() => {
 LONG_REASON = (
     "fails on the device: numerical mismatch in aten::cumprod for float64 (3 of 12 elements "
     "off by more than 1e-3); the vendor's kernel accumulates in float32, fixed in release 2.4"
+)
+
+
+TRACE = (
+    "self = <test_planted_faults.TestPlantedFaultsPRIVATEUSE1 testMethod="
+    "test_cumprod_hangs_privateuseone_float64>, device='privateuseone:0', dtype=torch.float64\n"
+    "    def test_cumprod_hangs(self, device, dtype):\n>       self.assertEqual(actual, expected)\n"
+    "E   AssertionError: Tensor-likes are not close! Mismatched elements: 3 / 12 (25.0%)"
 )
 
 
@@ -252,13 +261,15 @@ def test_the_reproducibility_page_gives_test_names_most_of_the_width(page, width
             f"test_cumprod_hangs_privateuseone_float64_{number}"
         )
         add_result(run, node, ["failed", "passed"] if number % 4 else ["passed"])
+    # A failure's message as pytest writes it: a long first line, then the trace.
+    TestResult.objects.filter(run=run, outcome="failed").update(message=TRACE)
     make_user("vera")
     page.set_viewport_size({"width": width, "height": height})
     sign_in(page, "vera")
     page.goto(reverse("reproducibility:record_detail", args=[run.uuid]))
     picture(page, f"density-record-{width}")
 
-    table = page.locator("table.attempts")
+    table = page.locator("table", has=page.locator("th", has_text="Attempt"))
     name = table.locator("th", has_text="Test").first
     share = name.evaluate("th => th.offsetWidth / th.closest('table').offsetWidth")
     assert share >= 0.45
