@@ -116,7 +116,10 @@ def test_a_bisection_answers_before_it_lists_a_commit(held, reviewer, settings, 
     bisection = Bisection.objects.get()
     assert bisection.status == Bisection.Status.QUEUED and not bisection.commits
     page = reviewer.get(response["Location"]).content.decode()
-    assert 'Status: <span class="badge badge-amber status-queued">queued</span>' in page and POLLS in page
+    assert (
+        'Status: <span class="badge badge-amber status-queued">queued</span>' in page
+        and POLLS in page
+    )
     held.set()
     wait_for(lambda: Bisection.objects.filter(status="stopped").exists(), what="the bisection")
     done = polled(reviewer, response["Location"])
