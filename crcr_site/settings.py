@@ -102,6 +102,8 @@ TEMPLATES = [
                 "django.contrib.messages.context_processors.messages",
                 "crcr_site.lib.access.roles",
             ],
+            # Badges for states and breakable identifiers, on every app's pages.
+            "libraries": {"states": "crcr_site.lib.states"},
         },
     },
 ]

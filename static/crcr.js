@@ -200,3 +200,37 @@
     link.click();
   });
 })();
+/* Long identifiers (node ids, paths, op names, restrictions) in tables and lists may wrap
+   only where their parts join: a <wbr> after each "_ . / : = , (" of a token of 16 characters
+   or more. The server's HTML stays as written (a copy of the text is unchanged); CSS then
+   never splits a word in the middle ("only_for=c uda"). Text in <pre> and in a nowrap box
+   (a path cut with an ellipsis) is left alone. */
+(function () {
+  var WHERE = "td, th, ul.failures li, ul.unexpected li, .facts dd";
+  var LONG = /\S{16,}/, JOINS = /(?<=[_.\/:=,(])(?=\w)/;
+  function texts(root) {
+    var found = [], walker = document.createTreeWalker(root, NodeFilter.SHOW_TEXT);
+    for (var node = walker.nextNode(); node; node = walker.nextNode()) {
+      if (LONG.test(node.nodeValue) && JOINS.test(node.nodeValue)) found.push(node);
+    }
+    return found;
+  }
+  function breakable(root) {
+    var boxes = root.querySelectorAll ? root.querySelectorAll(WHERE) : [];
+    Array.prototype.forEach.call(boxes, function (box) {
+      texts(box).forEach(function (node) {
+        var parent = node.parentElement;
+        if (!parent || parent.closest("pre, script, style, textarea, option")) return;
+        if (getComputedStyle(parent).whiteSpace === "nowrap") return;
+        var fragment = document.createDocumentFragment();
+        node.nodeValue.split(JOINS).forEach(function (part, index) {
+          if (index) fragment.appendChild(document.createElement("wbr"));
+          fragment.appendChild(document.createTextNode(part));
+        });
+        parent.replaceChild(fragment, node);
+      });
+    });
+  }
+  document.addEventListener("DOMContentLoaded", function () { breakable(document); });
+  document.addEventListener("htmx:afterSettle", function (event) { breakable(event.detail.elt.parentNode || document); });
+})();

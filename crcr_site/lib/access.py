@@ -141,6 +141,10 @@ class IsMachine(BasePermission):
 
 
 def roles(request: HttpRequest) -> dict[str, Any]:
-    """Template context: the signed-in user's role, for showing or hiding actions."""
-    role = role_of(request.user)
+    """Template context: the signed-in user's role, for showing or hiding actions.
+
+    A request refused before the authentication middleware ran (a 400 for a malformed
+    query string) has no user: its error page is drawn for an anonymous visitor."""
+    user = getattr(request, "user", None)
+    role = role_of(user) if user is not None else None
     return {"role": role, "can_review": role in (REVIEWER, ADMIN)}

@@ -13,6 +13,7 @@ from django.utils import dateformat, timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
 
+from crcr_site.lib.states import badge_html
 from runs.excerpts import clip
 from selection.models import Proposal
 
@@ -177,8 +178,8 @@ def _actions(proposal: Any, csrf_token: str) -> str:
         return f'<a href="{url}">in a config PR</a>'
     review_url = uuid_url("selection:proposal_review", proposal.uuid)
     edit_url = uuid_url("selection:proposal_edit", proposal.uuid)
-    approve = '<button name="decision" value="approve">Approve</button>'
-    reject = '<button name="decision" value="reject">Reject</button>'
+    approve = '<button class="btn-primary" name="decision" value="approve">Approve</button>'
+    reject = '<button class="btn-danger" name="decision" value="reject">Reject</button>'
     return (
         f'<form method="post" action="{review_url}" hx-post="{review_url}" '
         'hx-target="closest tr" hx-swap="outerHTML" data-decide>'
@@ -216,14 +217,16 @@ def queue_row(context: Any, proposal: Any) -> SafeString:
         if context.get("can_review") else ""
     )  # fmt: skip
     status = escape(p.status)
+    state = badge_html(p.status, STATUSES.get(p.status, p.status))
     return mark_safe(
         f'<tr id="proposal-{p.uuid}" class="proposal" tabindex="-1" data-status="{status}">'
         f"<td><code>{escape(p.file_path)}</code><br>"
         f'<a href="{uuid_url("selection:proposal_detail", p.uuid)}">{test}</a></td>'
         f"<td>{escape(MODES.get(p.mode, p.mode))}{edits(p.edits)}{_described(p)}{edited}</td>"
-        f'<td class="reason">{escape(p.reason)}</td><td>{evidence(p.evidence)}</td>'
+        f'<td class="reason"><div class="clamp">{escape(p.reason)}</div></td>'
+        f"<td>{evidence(p.evidence)}</td>"
         f"<td>{escape(STAGES.get(p.stage, p.stage))}</td>"
-        f'<td class="status-{status}">{escape(STATUSES.get(p.status, p.status))}{reviewed}</td>'
+        f'<td class="state">{state}{reviewed}</td>'
         f"{actions}</tr>"
     )
 

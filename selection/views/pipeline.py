@@ -29,7 +29,9 @@ OPERATORS_PER_PAGE = 50
 @login_required
 def selectionrun_detail(request: HtmxHttpRequest, uuid: str) -> HttpResponse:
     run = get_object_or_404(SelectionRun.objects.select_related("backend"), uuid=uuid)
-    context = {"run": run, "nav": "review"}
+    # Enabling an operator is work of the Operators page; the other runs feed the queue.
+    nav = "operators" if run.kind == SelectionRun.Kind.ENABLE_OP else "review"
+    context = {"run": run, "nav": nav}
     if request.htmx:
         response = render(request, "selection/selectionrun_detail.html#status", context)
         # Once the run has ended the page stops polling (htmx's 286).

@@ -16,7 +16,7 @@ def test_a_viewer_signs_in_and_walks_the_navigation(page, transactional_db):
     page.get_by_role("button", name="Sign in").click()
     expect(page.get_by_role("heading", name="HUD")).to_be_visible()
     expect(page.get_by_text("vera · viewer")).to_be_visible()
-    for link in ["Runs", "Review", "Config PRs", "Operators", "HUD"]:
+    for link in ["Runs", "Review", "Configs", "Operators", "HUD"]:
         page.get_by_role("navigation").get_by_role("link", name=link).click()
         expect(page.get_by_role("heading", name=link, exact=True)).to_be_visible()
         expect(page.get_by_role("link", name=link)).to_have_attribute("aria-current", "page")

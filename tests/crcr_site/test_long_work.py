@@ -79,7 +79,7 @@ def test_building_a_bundle_answers_before_the_build_and_the_page_follows_it(held
     bundle = run.bundles.get()
     assert response.status_code == 302 and bundle.status == Bundle.Status.PENDING
     page = reviewer.get(response["Location"]).content.decode()
-    assert "<td>pending</td>" in page and POLLS in page
+    assert 'status-pending">pending</span></td>' in page and POLLS in page
     held.set()
     wait_for(lambda: run.bundles.filter(status=Bundle.Status.READY).exists(), what="the bundle")
     done = polled(reviewer, response["Location"])
@@ -116,7 +116,10 @@ def test_a_bisection_answers_before_it_lists_a_commit(held, reviewer, settings, 
     bisection = Bisection.objects.get()
     assert bisection.status == Bisection.Status.QUEUED and not bisection.commits
     page = reviewer.get(response["Location"]).content.decode()
-    assert "Status: <strong>queued</strong>" in page and POLLS in page
+    assert (
+        'Status: <span class="badge badge-amber status-queued">queued</span>' in page
+        and POLLS in page
+    )
     held.set()
     wait_for(lambda: Bisection.objects.filter(status="stopped").exists(), what="the bisection")
     done = polled(reviewer, response["Location"])
@@ -135,15 +138,13 @@ def test_enabling_an_operator_answers_before_the_device_is_probed(held, reviewer
     assert response["Location"] == reverse("selection:selectionrun_detail", args=[run.uuid])
     assert run.status == SelectionRun.Status.QUEUED
     page = reviewer.get(response["Location"]).content.decode()
-    assert '<strong class="status-queued">queued</strong>' in page and POLLS in page
+    assert '<span class="badge badge-amber status-queued">queued</span>' in page and POLLS in page
     held.set()
     wait_for(lambda: SelectionRun.objects.get(pk=run.pk).is_finished, what="the selection run")
     done = polled(reviewer, response["Location"])
     ended = SelectionRun.objects.get(pk=run.pk)
     assert done.status_code == 286
-    assert (
-        f'<strong class="status-{ended.status}">{ended.get_status_display()}</strong>' in done.text
-    )
+    assert f'status-{ended.status}">{ended.get_status_display()}</span>' in done.text
 
 
 def test_starting_a_run_answers_before_it_is_planned_and_the_list_follows_it(
@@ -181,7 +182,7 @@ def test_a_reviewer_enables_an_operator_and_its_page_follows_it_without_a_reload
 
     page.get_by_role("button", name="Enable lgamma").click()
 
-    status = page.locator("#status strong")
+    status = page.locator("#status .badge")
     expect(status).to_have_text("queued")  # the page answered while the work waits
     assert page.evaluate("document.documentElement.scrollWidth") <= width
     page.evaluate("window.notReloaded = true")  # a reload would drop this mark
@@ -205,7 +206,10 @@ def test_adding_a_backend_from_a_large_file_answers_before_the_check(held, clien
     )
     assert submission.status == ConfigSubmission.Status.QUEUED and not Backend.objects.exists()
     page = client.get(response["Location"]).content.decode()
-    assert '<strong class="status-queued">waiting for a worker</strong>' in page and POLLS in page
+    assert (
+        '<span class="badge badge-amber status-queued">waiting for a worker</span>' in page
+        and POLLS in page
+    )
     held.set()
     wait_for(lambda: Backend.objects.filter(slug="spyre").exists(), what="the check")
     # The outcome is a page of its own (the new backend, or the form with the problems):
@@ -233,7 +237,7 @@ def test_an_admin_uploads_a_large_broken_file_and_its_page_follows_the_check(
 
     page.get_by_role("button", name="Add the backend").click()
 
-    expect(page.locator("#status strong")).to_have_text("waiting for a worker")
+    expect(page.locator("#status .badge")).to_have_text("waiting for a worker")
     expect(page.locator("#status progress")).to_be_visible()
     assert page.evaluate("document.documentElement.scrollWidth") <= width
     if width == 1024:

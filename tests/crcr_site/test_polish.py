@@ -79,7 +79,7 @@ def test_the_reproducibility_page_labels_its_controls_and_counts_tests_as_the_ru
     ("status", "error", "shown", "hidden"),
     [
         ("running", "", "· stage 4: running the proposed tests", "stopped during"),
-        ("done", "", '<strong class="status-done">done</strong></p>', "stage 4"),
+        ("done", "", '<span class="badge badge-green status-done">done</span></p>', "stage 4"),
         ("failed", "device lost", "stopped during stage 4: running the proposed tests", "· stage"),
     ],
 )

@@ -41,7 +41,7 @@ def test_opening_a_config_pr_on_a_large_config_answers_before_it_is_written(db, 
     assert not ConfigChange.objects.exists()
     page = client.get(answer["Location"]).content.decode()
     assert "<h1>Open a config PR: acme</h1>" in page
-    assert '<strong class="status-queued">waiting for a worker</strong>' in page
+    assert '<span class="badge badge-amber status-queued">waiting for a worker</span>' in page
     assert 'hx-trigger="every 2s"' in page
     # A viewer may not follow a reviewer's work.
     client.force_login(make_user("vera", "viewer"))

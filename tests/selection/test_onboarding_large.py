@@ -68,7 +68,9 @@ def test_a_large_file_is_stored_and_its_page_shows_the_check_waiting(admin, sett
     assert not Backend.objects.exists() and not ConfigVersion.objects.exists()
     page = admin.get(answer["Location"]).content.decode()
     assert "checking <code>first.yaml</code>" in page
-    assert 'Status: <strong class="status-queued">waiting for a worker</strong>' in page
+    assert (
+        'Status: <span class="badge badge-amber status-queued">waiting for a worker</span>' in page
+    )
     assert "<progress" in page and 'hx-trigger="every 2s"' in page
     # Polled by htmx: the status section alone.
     polled = admin.get(answer["Location"], headers={"HX-Request": "true"}).content.decode()

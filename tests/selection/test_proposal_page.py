@@ -62,7 +62,9 @@ def test_approving_from_the_proposal_page_changes_its_status_and_comes_back(clie
     assert response.redirect_chain[-1][0] == reverse(
         "selection:proposal_detail", args=[proposal.uuid]
     )
-    assert "Approved." in response.text and "approved by rita" in response.text
+    assert (
+        "Approved." in response.text and 'status-approved">approved</span> by rita' in response.text
+    )
     proposal.refresh_from_db()
     assert (proposal.status, proposal.reviewer) == (Proposal.Status.APPROVED, rita)
     assert ProposalEvent.objects.get().action == "approved"

@@ -266,7 +266,9 @@ def test_a_human_edit_is_marked_with_who_and_when_apart_from_the_pipelines_own(
     url = reverse("selection:proposal_edit", args=[edited.uuid])
     row = client.post(url, {"mode": "xfail", "reason": "fails on bf16"}, **HTMX).content.decode()
     assert "edited by rita, " in row
-    assert 'class="status-pending">pending</td>' in row  # not "pending, rita": nobody decided
+    assert (
+        'class="badge badge-amber status-pending">pending</span></td>' in row
+    )  # not "pending, rita": nobody decided
     page = queue(client).content.decode()
     assert page.count("edited by rita") == 1  # the pipeline's own proposal is not marked
     mark = page.split("test_edited")[1].split("</tr>")[0]
