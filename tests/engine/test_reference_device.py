@@ -57,6 +57,23 @@ except TimeoutError:
 print(json.dumps(facts))
 """
 
+# Found on PyTorch's test_modules.py: its reference function deep-copies the module's
+# inputs, and copying a device storage asks the device's allocator for memory.
+COPIES = """
+import copy, json, torch
+from crcr_reuse.reference_device import native
+import crcr_reuse.reference_device
+t = torch.arange(6.0, device="privateuseone").view(2, 3)
+twin = copy.deepcopy(t)
+twin[0, 0] = 7.0
+storage = torch.UntypedStorage(16, device="privateuseone")
+print(json.dumps({
+    "native": native.load() is not None,
+    "copy": twin.cpu().tolist(), "original": t.cpu().tolist(),
+    "copy_device": str(twin.device), "storage": [str(storage.device), storage.nbytes()],
+}))
+"""
+
 CRASH = """
 import torch
 import crcr_reuse.reference_device
@@ -79,6 +96,8 @@ def _device_runs(workdir: Path) -> dict[str, Run]:
     crash = json.dumps({"faults": [{"op": "neg", "kind": "crash"}]})
     return {
         "basics": run_python(BASICS),
+        "python_basics": run_python(BASICS, clean_env(CRCR_REFDEV_NATIVE="0")),
+        "copies": run_python(COPIES),
         "faults": run_python(
             FAULTS, clean_env(CRCR_REFDEV_FAULTS=PROFILE, CRCR_REFDEV_DISABLE="mul")
         ),
@@ -104,6 +123,20 @@ def test_kernels_compute_on_the_cpu_and_views_share_device_memory(background: An
     found = facts(background, "basics")
     assert found["shared"] == 42.0 and found["is_view"]
     assert found["doubled_sum"] == 2 * (0 + 1 + 2 + 42 + 4 + 5)
+
+
+def test_the_python_kernels_behave_as_the_cpp_ones(background: Any) -> None:
+    assert facts(background, "python_basics") == facts(background, "basics")
+    assert "Python kernels" not in background.result("device")["basics"].stderr
+
+
+def test_a_device_tensor_deep_copies_into_fresh_device_memory(background: Any) -> None:
+    found = facts(background, "copies")
+    assert found["native"], "the C++ kernels were not built on this machine"
+    assert found["copy"] == [[7.0, 1.0, 2.0], [3.0, 4.0, 5.0]]
+    assert found["original"] == [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]
+    assert found["copy_device"] == "privateuseone:0"
+    assert found["storage"] == ["privateuseone:0", 16]
 
 
 def test_the_default_operator_set_has_a_few_hundred_operators(background: Any) -> None:

@@ -7,7 +7,7 @@
 //   itself; a view of an input is a device view; a new result takes ownership of the
 //   CPU buffer, no copy);
 // - metadata kernels (view, as_strided, ...): the CPU kernel over the device tensor;
-// - memory kernels: empty, empty_strided and _copy_from.
+// - memory kernels: empty, empty_strided and _copy_from, and the device's allocator.
 // An operator the Python side marks `delegated` (a fault profile names it, or a poison
 // rule counts every operator), and an out= call whose outputs must grow, is handed to
 // the Python kernel registered for the same operator under the PrivateUse2 key.
@@ -18,12 +18,15 @@
 #include <ATen/ops/as_strided_ops.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_strided.h>
+#include <c10/core/Allocator.h>
+#include <c10/core/CPUAllocator.h>
 #include <c10/core/TensorImpl.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 #include <torch/library.h>
 
 #include <atomic>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -300,6 +303,27 @@ at::Tensor copy_from(const at::Tensor& src, const at::Tensor& dst, bool) {
   return dst;
 }
 
+// Storages made by size on the device (`UntypedStorage(n, device=...)`, what deepcopy
+// and clone of a storage do) take their memory from the device's allocator: CPU memory,
+// as every device buffer here is.
+struct DeviceAllocator final : c10::Allocator {
+  c10::DataPtr allocate(size_t bytes) override {
+    c10::DataPtr cpu = c10::GetCPUAllocator()->allocate(bytes);
+    void* data = cpu.get();
+    c10::DeleterFnPtr deleter = cpu.get_deleter();
+    void* context = cpu.release_context();
+    return c10::DataPtr(data, context, deleter, kDevice);
+  }
+  c10::DeleterFnPtr raw_deleter() const override {
+    return c10::GetCPUAllocator()->raw_deleter();
+  }
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    std::memcpy(dest, src, count);
+  }
+};
+
+DeviceAllocator device_allocator;
+
 torch::Library& library() {
   if (kernels_library == nullptr) {
     kernels_library = new torch::Library(
@@ -320,6 +344,7 @@ void register_metadata(const std::string& name) {
 }
 
 void register_memory() {
+  c10::SetAllocator(c10::DeviceType::PrivateUse1, &device_allocator);
   library().impl("empty.memory_format", TORCH_FN(empty_memory_format));
   library().impl("empty_strided", TORCH_FN(empty_strided));
   library().impl("_copy_from", TORCH_FN(copy_from));
