@@ -16,7 +16,10 @@ throwaway SQLite database, with the reference device:
    on the device (variants run, proposals corrected); a bigger file's stage 4 is left
    out and the row says so (on this 2-core machine the reference device runs a few
    hundred variants a minute).
-One row per file; exit 1 when a stage failed on a file that imports.
+3. with `--plain`, plain pytest runs the file on the CPU (no plugin, no device), the
+   baseline of the operator capture's cost (issue 34's bar: capture / plain <= 1.5).
+One row per file, with the wall time of each stage; exit 1 when a stage failed on a
+file that imports.
 """
 
 from __future__ import annotations
@@ -91,7 +94,19 @@ def collect(tree: Path, name: str) -> tuple[int | None, str]:
     return None, (errors[-1][0] if errors else (done.stdout + done.stderr)[-300:]).strip()
 
 
-def one_file(source: Path, limit: int) -> dict[str, object]:
+def plain_seconds(tree: Path, name: str) -> float:
+    """Wall time of plain pytest running the file on the CPU: no plugin, no device."""
+    variables = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "DJANGO_"))}
+    run = PytestRun(
+        TestEnvironment(sys.executable, variables), tree, files=[str(tree / "test" / name)],
+        rootdir=tree, cwd=tree, extra_args=["-p", "no:django", "-p", "no:crcr_reuse"],
+    )  # fmt: skip
+    started = time.monotonic()
+    run.run(timeout=7200)
+    return time.monotonic() - started
+
+
+def one_file(source: Path, limit: int, plain: bool = False) -> dict[str, object]:
     tree = SCRATCH / source.stem
     (tree / "test").mkdir(parents=True)
     shutil.copyfile(source, tree / "test" / source.name)  # a symlink would change node ids
@@ -100,7 +115,10 @@ def one_file(source: Path, limit: int) -> dict[str, object]:
         shutil.copyfile(shim, tree / "test" / "conftest.py")
     started = time.monotonic()
     variants, error = collect(tree, source.name)
-    row: dict[str, object] = {"file": source.name, "collected": variants, "error": error}
+    row: dict[str, object] = {
+        "file": source.name, "collected": variants, "error": error,
+        "collect_seconds": round(time.monotonic() - started),
+    }  # fmt: skip
     if variants is None:
         return row
     backend = Backend.objects.create(
@@ -128,7 +146,10 @@ def one_file(source: Path, limit: int) -> dict[str, object]:
         if device
         else f"left out ({variants} variants > {limit})",
         seconds=round(time.monotonic() - started),
+        stages=summary.get("seconds", {}),
     )
+    if plain:
+        row["plain"] = round(plain_seconds(tree, source.name), 1)
     return row
 
 
@@ -136,6 +157,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--files", nargs="+", default=FILES)
     parser.add_argument("--device-limit", type=int, default=6000)
+    parser.add_argument("--plain", action="store_true", help="also time plain pytest (CPU)")
     args = parser.parse_args()
     if not os.environ.get("TORCH_ROOT"):
         raise SystemExit("set TORCH_ROOT to a folder holding PyTorch's test/ files")
@@ -147,7 +169,7 @@ def main() -> int:
             print(f"{name}: not in {folder}")
             continue
         try:
-            row = one_file(folder / name, args.device_limit)
+            row = one_file(folder / name, args.device_limit, args.plain)
         except Exception as error:  # one file's failure is that file's row
             row = {"file": name, "error": f"{type(error).__name__}: {error}"}
         if row.get("collected") is None:
@@ -165,6 +187,15 @@ def main() -> int:
             f"proposed: {modes}; device: {row['device']}; {row['seconds']} s",
             flush=True,
         )
+        stages: dict[str, float] = row["stages"]  # type: ignore[assignment]
+        laps = ", ".join(f"{stage} {seconds:.0f} s" for stage, seconds in stages.items())
+        print(f"  {name} stages: collection {row['collect_seconds']} s, {laps}")
+        if "plain" in row:
+            capture = stages.get("operator index", 0.0)
+            print(
+                f"  {name} operator capture / plain pytest on the CPU: {capture:.0f} s / "
+                f"{row['plain']} s = {capture / max(float(row['plain']), 1e-9):.2f} (target <= 1.5)"  # type: ignore[arg-type]
+            )
     return 1 if failed else 0
 
 
