@@ -78,9 +78,10 @@ class SummaryForm(forms.Form):
         return data.get("event") or "pr", data.get("days") or self.DEFAULT_DAYS
 
 
-class MetricsForm(forms.Form):
-    """The metrics page's window and backend, read from the query string."""
+class WindowForm(forms.Form):
+    """A page's window and backend, read from the query string (metrics, flaky tests)."""
 
+    DEFAULT_DAYS = 30
     days = forms.TypedChoiceField(
         label="Time range", coerce=int, required=False,
         choices=[(days, f"last {days} days") for days in metrics.METRICS_DAYS],
@@ -92,11 +93,11 @@ class MetricsForm(forms.Form):
 
     def __init__(self, data: Any) -> None:
         # The window shown when none is asked for is the one the select shows.
-        super().__init__({"days": "30", **data.dict()})
+        super().__init__({"days": str(self.DEFAULT_DAYS), **data.dict()})
 
     def choice(self) -> tuple[int, str]:
         """The window and backend's slug asked for; an invalid one reads as the default
-        (every backend, 30 days) and its error is shown beside its control."""
+        (every backend, `DEFAULT_DAYS`) and its error is shown beside its control."""
         self.is_valid()  # a field in error is left out of cleaned_data
         backend = self.cleaned_data.get("backend")
-        return self.cleaned_data.get("days") or 30, backend.slug if backend else ""
+        return self.cleaned_data.get("days") or self.DEFAULT_DAYS, backend.slug if backend else ""

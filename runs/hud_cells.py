@@ -118,13 +118,13 @@ class Reproduction:
 
 
 def _timing(run: Attempt) -> str:
-    queued = "not started" if run.queued is None else f"queued {_duration(run.queued)}"
+    queued = "not started" if run.queued is None else f"queued {duration_text(run.queued)}"
     if run.ran is not None:
-        return f"{queued} · ran {_duration(run.ran)}"
+        return f"{queued} · ran {duration_text(run.ran)}"
     return queued if run.queued is None else f"{queued} · still running"
 
 
-def _duration(value: timedelta) -> str:
+def duration_text(value: timedelta) -> str:
     """A duration as a person reads it: 45 s, 3 min 05 s, 2 h 04 min."""
     seconds = max(0, round(value.total_seconds()))
     if seconds < 60:

@@ -10,7 +10,7 @@ from crcr_site.lib.access import reviewer_required
 from crcr_site.lib.htmx import HtmxHttpRequest
 from runs import gate, hud_cells, hud_grid, hud_rows, metrics, readiness, run_rows, triggers
 from runs import hud as summaries
-from runs.forms import HudFilterForm, MetricsForm, SummaryForm, TriggerForm
+from runs.forms import HudFilterForm, SummaryForm, TriggerForm, WindowForm
 from runs.models import Dispatch, Run
 from runs.upstream import UpstreamError
 
@@ -65,7 +65,7 @@ def summary(request: HttpRequest) -> HttpResponse:
 @login_required
 def metrics_page(request: HttpRequest) -> HttpResponse:
     """Pass rate, failures and jobs a day, pull requests against nightlies, as charts."""
-    form = MetricsForm(request.GET)
+    form = WindowForm(request.GET)
     days, backend = form.choice()
     per_event = metrics.kept("daily", metrics.daily, days, backend)
     totals = [(metrics.EVENTS[event], metrics.total(found)) for event, found in per_event.items()]

@@ -7,6 +7,7 @@ from django import forms
 from django.db import connection
 from django.db.models import Exists, OuterRef, Q, QuerySet, Subquery
 
+from runs.forms import WindowForm
 from runs.models import Backend
 from selection import fates, flaky
 from selection.models import OpUsage, Proposal, SelectionRun, UpstreamTest
@@ -276,29 +277,15 @@ class OnboardingForm(forms.ModelForm):
         return form
 
 
-class FlakyFilterForm(forms.Form):
+class FlakyFilterForm(WindowForm):
     """The flaky tests page's window and backend (GET parameters)."""
 
+    DEFAULT_DAYS = 7
     days = forms.TypedChoiceField(
         label="Time range", coerce=int, required=False,
         choices=[(days, "last 24 hours" if days == 1 else f"last {days} days")
                  for days in flaky.WINDOWS],
     )  # fmt: skip
-    backend = forms.ModelChoiceField(
-        label="Backend", queryset=Backend.objects.order_by("slug"), to_field_name="slug",
-        required=False, empty_label="every backend",
-    )  # fmt: skip
-
-    def __init__(self, data: Any) -> None:
-        # The window shown when none is asked for is the one the select shows.
-        super().__init__({"days": "7", **data.dict()})
-
-    def choice(self) -> tuple[int, str]:
-        """The window and backend's slug asked for; an invalid one reads as the default
-        (every backend, 7 days) and its error is shown beside its control."""
-        self.is_valid()  # a field in error is left out of cleaned_data
-        backend = self.cleaned_data.get("backend")
-        return self.cleaned_data.get("days") or 7, backend.slug if backend else ""
 
 
 class TestSearchForm(forms.Form):

@@ -4,6 +4,8 @@ from datetime import timedelta
 
 from django import template
 
+from runs.hud_cells import duration_text
+
 register = template.Library()
 
 
@@ -12,11 +14,4 @@ def span(value: timedelta | None) -> str:
     """A time span as a person reads it: `42 s`, `7 min 05 s`, `2 h 03 min`; `—` for none."""
     if value is None:
         return "—"
-    seconds = max(0, round(value.total_seconds()))
-    if seconds < 60:
-        return f"{seconds} s"
-    minutes, seconds = divmod(seconds, 60)
-    if minutes < 60:
-        return f"{minutes} min {seconds:02d} s"
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours} h {minutes:02d} min"
+    return duration_text(value)
