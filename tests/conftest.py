@@ -2,6 +2,7 @@
 
 import os
 import shutil
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -172,3 +173,25 @@ def pytest_report_header(config: Any) -> list[str]:
         f"crcr broker: {settings.CELERY_BROKER_URL or 'none (eager tasks)'}",
         f"crcr browser: {CHROMIUM}",
     ]
+
+
+def drain() -> None:
+    """Wait until the background thread has run everything sent to it so far."""
+    from crcr_site.lib import enqueue
+
+    # One thread runs the work in order: a no-op sent now runs after all of it.
+    enqueue._background.submit(lambda: None).result(timeout=300)
+
+
+@pytest.fixture
+def held(transactional_db, settings, tmp_path):
+    """The embedded default, its background thread busy until the test sets the event."""
+    from crcr_site.lib import enqueue
+
+    settings.CELERY_TASK_ALWAYS_EAGER = True  # no broker: tasks run in the web process
+    settings.MEDIA_ROOT = str(tmp_path / "storage")
+    go = threading.Event()
+    enqueue._background.submit(go.wait, 300)
+    yield go
+    go.set()  # never leave the thread waiting for a failed test
+    drain()  # and leave nothing running against the next test's database

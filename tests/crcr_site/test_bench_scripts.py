@@ -44,6 +44,8 @@ SHARD_IDS = (
         ("pages_at_scale", SCALE, [
             "review queue, 60 proposals p50 / trivial page p50",
             "HUD, 4 commits x 3 jobs p50 / trivial page p50",
+            "summary, nightly tab, 12 runs p50 / trivial page p50",
+            "metrics, 90 days, 12 runs p50 / trivial page p50",
             "run page, 300 results p50 / trivial page p50",
             "config page, 30 entries p50 / trivial page p50",
         ]),

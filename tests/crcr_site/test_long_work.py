@@ -10,13 +10,11 @@ released, the real work runs to its end and the page stops polling.
 """
 
 import re
-import threading
 
 import pytest
 from django.urls import reverse
 from playwright.sync_api import expect
 
-from crcr_site.lib import enqueue
 from demo.localgit import PyTorchShapedRepo
 from reproducibility import bundles, capture
 from reproducibility.models import Bisection, Bundle, Rerun
@@ -31,24 +29,6 @@ from tests.selection.test_review_browser import sign_in
 from tests.waiting import wait_for
 
 POLLS = 'hx-trigger="every 2s"'
-
-
-def drain() -> None:
-    """Wait until the background thread has run everything sent to it so far."""
-    # One thread runs the work in order: a no-op sent now runs after all of it.
-    enqueue._background.submit(lambda: None).result(timeout=300)
-
-
-@pytest.fixture
-def held(transactional_db, settings, tmp_path):
-    """The embedded default, its background thread busy until the test sets the event."""
-    settings.CELERY_TASK_ALWAYS_EAGER = True  # no broker: tasks run in the web process
-    settings.MEDIA_ROOT = str(tmp_path / "storage")
-    go = threading.Event()
-    enqueue._background.submit(go.wait, 300)
-    yield go
-    go.set()  # never leave the thread waiting for a failed test
-    drain()  # and leave nothing running against the next test's database
 
 
 @pytest.fixture
@@ -135,13 +115,18 @@ def test_enabling_an_operator_answers_before_the_device_is_probed(held, reviewer
     )
 
     run = SelectionRun.objects.get()
-    assert response["Location"] == reverse("selection:selectionrun_detail", args=[run.uuid])
+    # Back on the operators page, at the operator's row, which follows its run.
+    assert (
+        response["Location"]
+        == f"{reverse('selection:operator_list')}?q=lgamma&backend=acme#op-lgamma"
+    )
     assert run.status == SelectionRun.Status.QUEUED
-    page = reviewer.get(response["Location"]).content.decode()
+    run_page = reverse("selection:selectionrun_detail", args=[run.uuid])
+    page = reviewer.get(run_page).content.decode()
     assert '<span class="badge badge-amber status-queued">queued</span>' in page and POLLS in page
     held.set()
     wait_for(lambda: SelectionRun.objects.get(pk=run.pk).is_finished, what="the selection run")
-    done = polled(reviewer, response["Location"])
+    done = polled(reviewer, run_page)
     ended = SelectionRun.objects.get(pk=run.pk)
     assert done.status_code == 286
     assert f'status-{ended.status}">{ended.get_status_display()}</span>' in done.text
@@ -182,13 +167,16 @@ def test_a_reviewer_enables_an_operator_and_its_page_follows_it_without_a_reload
 
     page.get_by_role("button", name="Enable lgamma").click()
 
-    status = page.locator("#status .badge")
-    expect(status).to_have_text("queued")  # the page answered while the work waits
+    row = page.locator("#op-lgamma")
+    status = row.get_by_role("status")
+    expect(status).to_contain_text("enabling: queued")  # answered while the work waits
     assert page.evaluate("document.documentElement.scrollWidth") <= width
     page.evaluate("window.notReloaded = true")  # a reload would drop this mark
     held.set()
-    expect(status).to_have_text(re.compile("^(done|failed)$"), timeout=60_000)
-    expect(page.locator("#status")).not_to_have_attribute("hx-trigger", "every 2s")
+    expect(status).to_contain_text(
+        re.compile("enabled on the device|enabling failed"), timeout=60_000
+    )
+    expect(row).not_to_have_attribute("hx-trigger", "every 2s")
     assert page.evaluate("window.notReloaded") is True
 
 

@@ -40,8 +40,10 @@ def test_a_viewer_waits_for_the_bundle_then_downloads_one_that_verifies(
 
 @pytest.mark.parametrize("width", [1440, 1024])
 def test_a_requested_bundle_reads_ready_without_a_reload_and_nothing_says_pending(
-    transactional_db, settings, tmp_path, page, width
+    held, settings, tmp_path, page, width
 ):
+    """The build task waits on the embedded default's held thread (a session worker would
+    build it at once); the test builds it as the worker would."""
     from tests.factories import make_backend, make_config
     from tests.reproducibility.builders import make_artifact, make_run
 

@@ -122,7 +122,7 @@ def test_the_github_resolver_answers_and_respects_the_rate_limit(github):
 def test_a_cut_connection_or_an_answer_that_is_not_json_is_an_upstream_error(github):
     # The gate retries an UpstreamError with backoff; anything else would fail it for good.
     resolver = GitHubResolver(api_url=github)
-    with pytest.raises(UpstreamError, match="/pulls/13: Remote"):
+    with pytest.raises(UpstreamError, match="/pulls/13 could not be reached: Remote"):
         resolver.pr_landed(13, "main")
     with pytest.raises(UpstreamError, match="not JSON"):
         resolver.commit_message("b" * 40)
