@@ -36,6 +36,36 @@ def _own_broker_database() -> None:
 _own_broker_database()
 
 
+def _quick_passwords() -> None:
+    from django.conf import settings
+
+    settings.PASSWORD_HASHERS = ["tests.hashers.QuickPBKDF2"]
+
+
+_quick_passwords()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def flush_by_delete() -> Iterator[None]:
+    """A transactional test empties every table after it: DELETE rather than Django's
+    TRUNCATE, which costs seconds a time on PostgreSQL for the few rows a test leaves
+    (the foreign keys are deferred, so one transaction deletes in any order)."""
+    from django.db.backends.postgresql.operations import DatabaseOperations
+
+    truncate = DatabaseOperations.sql_flush
+
+    def sql_flush(
+        ops: Any, style: Any, tables: Any, *, reset_sequences: bool = False, **kw: Any
+    ) -> list[str]:
+        if reset_sequences or not tables:
+            return truncate(ops, style, tables, reset_sequences=reset_sequences, **kw)
+        return [f"DELETE FROM {ops.quote_name(table)};" for table in tables]
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(DatabaseOperations, "sql_flush", sql_flush)
+        yield
+
+
 @pytest.fixture(scope="session")
 def celery_worker_session(django_db_setup: Any, django_db_blocker: Any) -> Iterator[Any]:
     """One in-process Celery worker for the whole session, consuming every queue."""

@@ -147,14 +147,3 @@ def build() -> list[Page]:
             reverse("selection:test_search") + "?" + urlencode({"q": f"TestViewOps::{SCRIPT}"}),
         ),
     ]
-
-
-PAGE_NAMES = [
-    "hud", "run list", "run detail", "dispatch list", "dispatch detail", "review queue",
-    "proposal detail", "config PR list", "config PR detail", "operators", "selection run",
-    "reproducibility record", "rerun", "bisection", "backend config", "config blame", "test",
-]  # fmt: skip
-
-
-def page_named(name: str) -> Page:
-    return next(page for page in build() if page.name == name)
