@@ -157,15 +157,10 @@ def _classify(run: SelectionRun, backend: Backend, work: Work, report: Progress)
     prepared = _prepared(work)
     capture = SelectionChunk.objects.filter(run=run, phase=SelectionChunk.Phase.CAPTURE)
     lines = [line for chunk in capture for line in chunk.results]
+    # A file whose capture process died, or whose chunk was given up, keeps its old rows.
+    lost = {c.file_path for c in capture if c.lost or c.status == SelectionChunk.Status.FAILED}
     result = opindex.CaptureResult(
-        processes=sum(chunk.processes for chunk in capture),
-        lost_files=sorted(
-            {
-                chunk.file_path
-                for chunk in capture
-                if chunk.lost or chunk.status == SelectionChunk.Status.FAILED
-            }
-        ),
+        processes=sum(chunk.processes for chunk in capture), lost_files=sorted(lost)
     )
     report("operator index: storing what the chunks captured", 0, 1)
     opindex.record(lines, result, prepared.coarse.included, work["groups"])
@@ -174,7 +169,7 @@ def _classify(run: SelectionRun, backend: Backend, work: Work, report: Progress)
     parent, capabilities, decisions = pipeline.classify(backend, prepared, report)
     _lap(work, "stage 3")
     work.update(phase="device", parent=parent, capabilities=capabilities.summary())
-    work["decisions"] = [_decision_dict(decision) for decision in decisions.values()]
+    work["decisions"] = [dataclasses.asdict(decision) for decision in decisions.values()]
     return work
 
 
@@ -208,7 +203,7 @@ def _finish(run: SelectionRun, backend: Backend, work: Work, report: Progress) -
     prepared = _prepared(work)
     decisions = _decisions(work)
     device = SelectionChunk.objects.filter(run=run, phase=SelectionChunk.Phase.DEVICE)
-    device_summary: dict[str, Any] = {}
+    device_summary: dict[str, Any] = {"ran": 0}
     if "device_config" in work:
         records = [TestRecord(**r) for r in work["broken"]]
         records += [TestRecord(**r) for chunk in device for r in chunk.results]
@@ -285,10 +280,6 @@ def _prepared(work: Work) -> pipeline.Prepared:
         InventorySnapshot.objects.get(pytorch_sha=work["sha"]),
         scope.CoarseResult(coarse["included"], coarse["excluded"], excluded),
     )
-
-
-def _decision_dict(decision: pipeline.Decision) -> dict[str, Any]:
-    return dataclasses.asdict(decision)
 
 
 def _decisions(work: Work) -> dict[Key, pipeline.Decision]:

@@ -15,23 +15,22 @@ from tests.waiting import wait_for
 from tests.workers import environment, start_worker, stop
 
 BUNDLED = Path(settings.BASE_DIR) / "tests" / "upstream"
-# Two files of the bundled tree (the others plant a crash and a hang, a minute each on the
-# device in either path), with their entries of its config.
-FILES = ["test/conftest.py", "test/test_dtypes_reuse.py", "test/test_plain_reuse.py"]
+# One file of the bundled tree (each chunk pays a test process's start, and the other files
+# plant a crash and a hang, a minute each in either path), with its entries of the config.
+FILES = ["pytest.ini", "refdev_faults.yaml", "test/conftest.py", "test/test_dtypes_reuse.py"]
 
 
-def two_files(root: Path) -> tuple[Path, str]:
-    """A copy of the bundled tree with two of its test files; their config."""
-    for name in ["pytest.ini", "refdev_faults.yaml", *FILES]:
+def one_file(root: Path) -> tuple[Path, str]:
+    """A copy of the bundled tree with one of its test files; its config."""
+    for name in FILES:
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(BUNDLED / name, root / name)
     config = (BUNDLED / "crcr-config.yaml").read_text()
-    head, _, rest = config.partition("    - path: test/test_dtypes_reuse.py")
-    dtypes, _, rest = rest.partition("    - path: test/test_modules_reuse.py")
-    plain = rest[rest.index("    - path: test/test_plain_reuse.py") :]
-    return root, head[
-        : head.index("    - path:")
-    ] + "    - path: test/test_dtypes_reuse.py" + dtypes + plain
+    head, _, rest = config.partition("    - path: test/test_ops_reuse.py")
+    _, _, rest = rest.partition("    - path: test/test_dtypes_reuse.py")
+    entry, _, rest = rest.partition("    - path: test/test_modules_reuse.py")
+    tail = rest[rest.index("  global:") :]
+    return root, f"{head}    - path: test/test_dtypes_reuse.py{entry}{tail}"
 
 
 def send(broker: str, task: str, *args: object) -> None:
@@ -57,19 +56,14 @@ def finished(run: SelectionRun, timeout: float = 600) -> SelectionRun:
 
 
 def test_a_run_spread_in_chunks_over_a_worker_proposes_what_one_process_does(
-    transactional_db, broker, tmp_path, monkeypatch
+    transactional_db, broker, tmp_path
 ):
-    tree, config = two_files(tmp_path / "tree")
+    tree, config = one_file(tmp_path / "tree")
     spread, alone = (make_backend(slug, extension_points=["eager"]) for slug in ("spread", "alone"))
     make_config(spread, config)
     make_config(alone, config)
-    # Small chunks: a file is cut in several. The flaky test counts its attempts from one,
-    # in each path.
-    monkeypatch.setenv("CRCR_TEST_ENV_PASSTHROUGH", "CRCR_FLAKY_COUNTER")
-    env = environment(
-        tmp_path, broker, TORCH_ROOT=str(tree), CRCR_SELECTION_CHUNK="8",
-        CRCR_FLAKY_COUNTER=str(tmp_path / "spread-counter"),
-    )  # fmt: skip
+    # Small chunks: the file is cut in two for the capture and for the device.
+    env = environment(tmp_path, broker, TORCH_ROOT=str(tree), CRCR_SELECTION_CHUNK="10")
     worker = start_worker(env, "chunks", log=tmp_path / "worker.log", queues="device")
     try:
         run = pipeline.start_run(spread, SelectionRun.Kind.SELECT)
@@ -78,7 +72,6 @@ def test_a_run_spread_in_chunks_over_a_worker_proposes_what_one_process_does(
     finally:
         stop(worker)
     assert run.status == SelectionRun.Status.DONE, run.error
-    monkeypatch.setenv("CRCR_FLAKY_COUNTER", str(tmp_path / "alone-counter"))
     one_process = pipeline.run_for_backend(alone, tree)
     assert one_process.status == SelectionRun.Status.DONE, one_process.error
 
