@@ -143,8 +143,9 @@ def start_workers(count: int, folder: Path) -> list[subprocess.Popen[bytes]]:
     return workers
 
 
-def one_round(workers: int, config: str, timeout: float) -> tuple[float, int]:
-    """Wall seconds of one selection run on `workers` workers; how many chunks it ran."""
+def one_round(workers: int, config: str, timeout: float) -> tuple[float, int, dict[str, float]]:
+    """Wall seconds of one selection run on `workers` workers; how many chunks it ran, and
+    the wall time of each of its stages (the capture and stage 4 include their chunks)."""
     from runs.models import Backend
     from selection import pipeline
     from selection.models import ConfigVersion, SelectionRun
@@ -177,7 +178,7 @@ def one_round(workers: int, config: str, timeout: float) -> tuple[float, int]:
             worker.wait()
     if run.status != SelectionRun.Status.DONE:
         raise SystemExit(f"the run did not finish ({run.status}): {run.error[-3000:]}")
-    return wall, run.chunks.count()
+    return wall, run.chunks.count(), run.summary.get("seconds", {})
 
 
 def main() -> int:
@@ -191,10 +192,10 @@ def main() -> int:
     try:
         setup(tree, broker, args.chunk)
         warm(tree)
-        one, chunks = one_round(1, config, args.timeout)
-        print(f"  one worker: {one:.1f} s wall, {chunks} chunks")
-        two, chunks = one_round(2, config, args.timeout)
-        print(f"  two workers: {two:.1f} s wall, {chunks} chunks")
+        one, chunks, stages = one_round(1, config, args.timeout)
+        print(f"  one worker: {one:.1f} s wall, {chunks} chunks, stages {stages}")
+        two, chunks, stages = one_round(2, config, args.timeout)
+        print(f"  two workers: {two:.1f} s wall, {chunks} chunks, stages {stages}")
     finally:
         redis.kill()
         redis.wait()
