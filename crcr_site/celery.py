@@ -30,6 +30,8 @@ app.conf.task_routes = {
     "reproducibility.tasks.prepare_rerun": {"queue": "device"},
     # The selection pipeline's stage 4 and "enable an operator" run tests on the device.
     "selection.tasks.run_selection": {"queue": "device"},
+    # A selection run's chunks: the operator capture and stage 4, a file (or part) each.
+    "selection.tasks.run_chunk": {"queue": "device"},
     "selection.tasks.enable_operator": {"queue": "device"},
     "runs.tasks.deliver_callback": {"queue": "relay"},
     "runs.tasks.deliver_due_callbacks": {"queue": "relay"},

@@ -336,6 +336,9 @@ CRCR_DISABLED_TESTS_FILE = env_str("CRCR_DISABLED_TESTS_FILE")
 # CRCR_QUARANTINE_WINDOW runs becomes a quarantine proposal (selection/promotion.py).
 CRCR_QUARANTINE_FLAKY_RUNS = env_int("CRCR_QUARANTINE_FLAKY_RUNS", 2, minimum=1)
 CRCR_QUARANTINE_WINDOW = env_int("CRCR_QUARANTINE_WINDOW", 10, minimum=1)
+# A selection run's operator capture and stage 4 run as tasks on the `device` queue, a
+# chunk each: a file, or this many test variants of a bigger one (selection/chunks.py).
+CRCR_SELECTION_CHUNK = env_int("CRCR_SELECTION_CHUNK", 500, minimum=1)
 CRCR_DISPATCH_MAX_BYTES = env_int("CRCR_DISPATCH_MAX_BYTES", 256 * 1024, minimum=1024)
 # A config file larger than this, submitted on a page (onboarding), is checked on a worker
 # while its page shows the steps: validation costs ~0.6 s a megabyte (selection/submissions.py).

@@ -42,7 +42,7 @@ from selection.models import (
     Proposal,
     ProposalEvent,
 )
-from selection.pipeline import explicit_entries
+from selection.proposals import explicit_entries
 
 FILE_NAME = "crcr-config.yaml"
 EMPTY_CONFIG = "test_suite_config:\n  files: []\n"

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from runs.models import Backend
-from selection import configwriter, opindex, pipeline, refine
+from selection import configwriter, opindex, pipeline, proposals, refine
 from selection.capabilities import Capabilities, for_backend
 from selection.models import OpUsage, Proposal, SelectionRun
 from selection.progress import Progress, RunStatus, both
@@ -109,7 +109,7 @@ def _enable(
         else:
             first = seen.failures[0]["line"] if seen and seen.failures else "not run"
             failing["::".join(key)] = first
-    counts = pipeline.save_proposals(backend, run, results, parent)
+    counts = proposals.save_proposals(backend, run, results, parent)
     return {
         "op": packet,
         "waiting": ["::".join(k) for k in sorted(waiting)],

@@ -133,13 +133,13 @@ def run_capture(
         except subprocess.TimeoutExpired:
             died = True
         if died and len(batch) > 1:
-            seen = {line.get("file") for line in _read(out)}
+            seen = {line.get("file") for line in read_lines(out)}
             batches += [[f] for f in batch if f not in seen or f == _last_file(out)]
             continue
         if died:
             result.lost_files += batch
         done_files |= set(batch)
-    lines = _read(out)
+    lines = read_lines(out)
     if progress:
         progress("operator index: running tests under capture", len(files), len(files))
     return lines, result
@@ -156,7 +156,7 @@ def _all_tests_config(workdir: Path, files: Sequence[str]) -> Path:
     return path
 
 
-def _read(path: Path) -> list[dict[str, Any]]:
+def read_lines(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     lines = []
@@ -169,7 +169,7 @@ def _read(path: Path) -> list[dict[str, Any]]:
 
 
 def _last_file(path: Path) -> str | None:
-    lines = _read(path)
+    lines = read_lines(path)
     return lines[-1].get("file") if lines else None
 
 
@@ -327,11 +327,25 @@ def capture(
     with tempfile.TemporaryDirectory(prefix="crcr-capture-") as scratch:
         folder = workdir or Path(scratch)
         lines, result = run_capture(tree, list(groups), folder, device_module, progress, only=only)
+    return record(lines, result, files, groups, device_module, whole=only is None)
+
+
+def record(
+    lines: Sequence[dict[str, Any]],
+    result: CaptureResult,
+    files: Sequence[str],
+    groups: Mapping[str, Sequence[str]],
+    device_module: str | None = None,
+    whole: bool = True,
+) -> CaptureResult:
+    """Update the index with what the capture of `files` wrote (`groups`: each file that
+    ran -> its copies, `same_text`); `whole`: every test of each file ran, so what the
+    index held for the files and did not come back goes. The chunked path calls it too."""
     device = "cpu" if device_module is None else "device"
     result.lost_files += [copy for f in result.lost_files for copy in groups.get(f, [])]
     copies = {f: others for f, others in groups.items() if f not in result.lost_files}
-    whole = [] if only is not None else [f for f in files if f not in result.lost_files]
-    result.rows = store(lines, device=device, whole_files=whole, copies=copies)
+    kept = [f for f in files if f not in result.lost_files] if whole else []
+    result.rows = store(lines, device=device, whole_files=kept, copies=copies)
     result.reused_files = sum(len(others) for others in copies.values())
     # What the index now holds for the files: what ran, and as much again per copy.
     times = {f: 1 + len(others) for f, others in copies.items()}

@@ -17,13 +17,12 @@ from __future__ import annotations
 import hashlib
 import tempfile
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
 
 from runs.models import Backend
 from selection import configwriter, inventory, opindex, proposers, refine, scope
@@ -37,6 +36,7 @@ from selection.models import (
     UpstreamTest,
 )
 from selection.progress import Progress, RunStatus, both
+from selection.proposals import save_proposals
 
 Key = tuple[str, str, str]
 
@@ -175,22 +175,37 @@ def stage4(
     workdir: Path | None = None,
 ) -> dict[str, Any]:
     """Run the non-skipped decisions, and the skips worth a try, on the device; correct
-    them in place. A skip is tried when its only reason is an operator its set-up or
-    checks call (`proposers.TRY_ON_DEVICE`): such a helper may never reach the device."""
-    tried = {k for k, d in decisions.items() if d.mode == "skip" and _worth_a_try(d)}
-    runnable = [
-        replace(d.for_config(), mode="mandatory_success") if d.key in tried else d.for_config()
-        for d in decisions.values()
-        if d.mode != "skip" or d.key in tried
-    ]
-    if not runnable:
+    them in place (`device_config`, then `correct`: the chunked path calls the same two)."""
+    text = device_config(decisions, parent)
+    if text is None:
         return {"ran": 0}
-    text = configwriter.standalone(parent, runnable)
     with tempfile.TemporaryDirectory(prefix="crcr-stage4-") as scratch:
         folder = workdir or Path(scratch)
         records = refine.run_on_device(
             tree, text, backend.device_module, capabilities, folder, progress
         )
+    return correct(decisions, records, tree, backend)
+
+
+def device_config(decisions: dict[Key, Decision], parent: str) -> str | None:
+    """The config stage 4 runs: every decision but the skips, and the skips worth a try
+    (their only reason an operator their set-up or checks call, `proposers.TRY_ON_DEVICE`:
+    such a helper may never reach the device) as `mandatory_success`. None: nothing to run."""
+    tried = _tried(decisions)
+    runnable = [
+        replace(d.for_config(), mode="mandatory_success") if d.key in tried else d.for_config()
+        for d in decisions.values()
+        if d.mode != "skip" or d.key in tried
+    ]
+    return configwriter.standalone(parent, runnable) if runnable else None
+
+
+def correct(
+    decisions: dict[Key, Decision], records: Sequence[Any], tree: Path, backend: Backend
+) -> dict[str, Any]:
+    """Correct the decisions in place from the device's records; flaky ones with a
+    history in the backend's CI runs are quarantined."""
+    tried = _tried(decisions)
     observed = refine.observe(records, tree, list(decisions))
     history = refine.flaky_history(backend.pk, set(decisions), settings.CRCR_QUARANTINE_WINDOW)
     corrected = 0
@@ -231,6 +246,10 @@ def stage4(
     return {"ran": len(records), "tests": len(observed), "corrected": corrected}
 
 
+def _tried(decisions: dict[Key, Decision]) -> set[Key]:
+    return {k for k, d in decisions.items() if d.mode == "skip" and _worth_a_try(d)}
+
+
 def _worth_a_try(decision: Decision) -> bool:
     return decision.stage == Proposal.Stage.CLASSIFY and bool(
         decision.evidence.get(proposers.TRY_ON_DEVICE)
@@ -248,98 +267,6 @@ def _after_a_try(decision: Decision, seen: refine.Observed) -> int:
         "never reached the device"
     )
     return 1
-
-
-# -- proposals -----------------------------------------------------------------------------------
-
-
-def explicit_entries(parent: str) -> dict[tuple[str, str], tuple[str, dict[str, Any]]]:
-    """(file, Class::test) -> (mode, edits) of the entries that name one test literally."""
-    from crcr_reuse.yaml_limits import safe_load
-
-    data = safe_load(parent, "the parent config") or {}
-    out: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {}
-    for entry in (data.get("test_suite_config") or {}).get("files") or []:
-        path = configwriter.file_key(str(entry.get("path", "")))
-        for test in entry.get("tests") or []:
-            for name in test.get("names") or []:
-                out[(path, str(name))] = (test.get("mode", ""), test.get("edits") or {})
-    return out
-
-
-@transaction.atomic
-def save_proposals(
-    backend: Backend, run: SelectionRun | None, decisions: Iterable[Decision], parent: str
-) -> dict[str, int]:
-    """Pending proposals for decisions the config and the review queue do not hold yet."""
-    explicit = explicit_entries(parent)
-    existing: dict[Key, list[Proposal]] = {}
-    for proposal in Proposal.objects.filter(backend=backend).exclude(
-        status=Proposal.Status.REJECTED
-    ):
-        existing.setdefault(
-            (proposal.file_path, proposal.class_name, proposal.test_name), []
-        ).append(proposal)
-    counts = {"created": 0, "updated": 0, "unchanged": 0}
-    new: list[Proposal] = []
-    for decision in decisions:
-        path, cls, name = decision.key
-        written = explicit.get((path, f"{cls}::{name}" if cls else name))
-        if (
-            written is not None
-            and written[0] == decision.mode
-            and _same_edits(written[1], decision.edits)
-        ):
-            counts["unchanged"] += 1
-            continue
-        held = existing.get(decision.key, [])
-        if _outranked(decision, held):
-            counts["unchanged"] += 1
-            continue
-        if any(
-            p.status != Proposal.Status.PENDING
-            and p.mode == decision.mode
-            and _same_edits(p.edits, decision.edits)
-            for p in held
-        ):
-            counts["unchanged"] += 1
-            continue
-        pending = next((p for p in held if p.status == Proposal.Status.PENDING), None)
-        fields = {
-            "mode": decision.mode,
-            "edits": decision.edits,
-            "reason": decision.reason[:500],
-            "evidence": decision.evidence,
-            "stage": decision.stage,
-            "selection_run": run,
-        }
-        if pending is not None:
-            # Conditional update: a reviewer who approved it meanwhile keeps their decision.
-            updated = Proposal.objects.filter(pk=pending.pk, status=Proposal.Status.PENDING).update(
-                **fields
-            )
-            counts["updated" if updated else "unchanged"] += 1
-            continue
-        new.append(
-            Proposal(backend=backend, file_path=path, class_name=cls, test_name=name, **fields)
-        )
-    # In batches: a first selection over PyTorch's tree proposes tens of thousands.
-    counts["created"] = len(Proposal.objects.bulk_create(new, batch_size=500))
-    return counts
-
-
-EXECUTION_STAGES = (Proposal.Stage.REFINE, Proposal.Stage.QUARANTINE, Proposal.Stage.ENABLE_OP)
-
-
-def _outranked(decision: Decision, held: list[Proposal]) -> bool:
-    """A decision without device evidence does not reopen one a reviewer took on device evidence."""
-    if "device" in decision.evidence:
-        return False
-    return any(p.status != Proposal.Status.PENDING and p.stage in EXECUTION_STAGES for p in held)
-
-
-def _same_edits(a: Any, b: Any) -> bool:
-    return (a or {}) == (b or {})
 
 
 # -- the main job --------------------------------------------------------------------------------
@@ -375,6 +302,63 @@ def run_for_backend(
     return run
 
 
+@dataclass
+class Prepared:
+    """What stages 1 and 3 start from: the tree, its SHA, its inventory, stage 1's choice."""
+
+    tree: Path
+    sha: str
+    snapshot: InventorySnapshot
+    coarse: scope.CoarseResult
+
+
+def prepare(
+    backend: Backend,
+    run: SelectionRun,
+    tree_root: Path | str | None,
+    pytorch_sha: str | None,
+    report: Progress,
+    lap: Callable[[str], None] = lambda stage: None,
+) -> Prepared:
+    """Inventory the tree at the SHA, then stage 1; `lap(stage)` as each ends."""
+    tree = Path(tree_root).resolve() if tree_root else default_tree()
+    if tree_root is None and pytorch_sha and (tree / ".git").exists():
+        from runs import worktrees
+
+        tree = worktrees.tree_for(pytorch_sha)  # TORCH_ROOT is a clone: the SHA's worktree
+    sha = pytorch_sha or tree_sha(tree)
+    SelectionRun.objects.filter(pk=run.pk).update(pytorch_sha=sha)
+    snapshot = inventory.scan(tree, sha, report)
+    lap("inventory")
+    report("stage 1: choosing files", 0, 1)
+    coarse = stage1(snapshot, backend)
+    lap("stage 1")
+    return Prepared(tree, sha, snapshot, coarse)
+
+
+def classify(
+    backend: Backend,
+    prepared: Prepared,
+    report: Progress,
+    classifier: proposers.Classifier | None = None,
+) -> tuple[str, Capabilities, dict[Key, Decision]]:
+    """Stage 3 over the chosen files (the index holds their capture): the parent config,
+    the device's capabilities and a decision per test, stage 1's exclusions included."""
+    coarse = prepared.coarse
+    parent = current_config(backend)
+    report("stage 3: probing the device's operators", 0, 1)
+    capabilities = for_backend(parent, backend.device_module)
+    included = set(coarse.included)
+    keys = [k for k in prepared.snapshot.test_hashes() if k[0] in included]
+    evidence = evidence_for(prepared.snapshot, [k for k in keys if k not in coarse.excluded_tests])
+    decisions = stage3(evidence, capabilities, classifier, report)
+    for key, reason in coarse.excluded_tests.items():
+        decisions[key] = Decision(
+            key, "skip", reason, Proposal.Stage.COARSE, evidence={"stage1": reason}
+        )
+    return parent, capabilities, decisions
+
+
 def _select(
     backend: Backend,
     run: SelectionRun,
@@ -392,30 +376,11 @@ def _select(
         timings[name] = round(time.monotonic() - clock, 2)
         clock = time.monotonic()
 
-    tree = Path(tree_root).resolve() if tree_root else default_tree()
-    if tree_root is None and pytorch_sha and (tree / ".git").exists():
-        from runs import worktrees
-
-        tree = worktrees.tree_for(pytorch_sha)  # TORCH_ROOT is a clone: the SHA's worktree
-    sha = pytorch_sha or tree_sha(tree)
-    SelectionRun.objects.filter(pk=run.pk).update(pytorch_sha=sha)
-    snapshot = inventory.scan(tree, sha, report)
-    lap("inventory")
-    report("stage 1: choosing files", 0, 1)
-    coarse = stage1(snapshot, backend)
-    lap("stage 1")
-    capture = opindex.capture(tree, coarse.included, progress=report)
+    prepared = prepare(backend, run, tree_root, pytorch_sha, report, lap)
+    tree = prepared.tree
+    capture = opindex.capture(tree, prepared.coarse.included, progress=report)
     lap("operator index")
-    parent = current_config(backend)
-    report("stage 3: probing the device's operators", 0, 1)
-    capabilities = for_backend(parent, backend.device_module)
-    keys = [k for k in snapshot.test_hashes() if k[0] in set(coarse.included)]
-    evidence = evidence_for(snapshot, [k for k in keys if k not in coarse.excluded_tests])
-    decisions = stage3(evidence, capabilities, classifier, report)
-    for key, reason in coarse.excluded_tests.items():
-        decisions[key] = Decision(
-            key, "skip", reason, Proposal.Stage.COARSE, evidence={"stage1": reason}
-        )
+    parent, capabilities, decisions = classify(backend, prepared, report, classifier)
     lap("stage 3")
     device_summary = (
         stage4(decisions, backend, tree, capabilities, parent, report) if device else {}
@@ -424,14 +389,28 @@ def _select(
     report("saving proposals", 0, 1)
     counts = save_proposals(backend, run, decisions.values(), parent)
     report("done", 1, 1)
+    said = capabilities.summary()
+    return summary(prepared, capture, said, device_summary, counts, decisions, timings)
+
+
+def summary(
+    prepared: Prepared,
+    capture: opindex.CaptureResult,
+    capabilities: dict[str, Any],
+    device_summary: dict[str, Any],
+    counts: dict[str, int],
+    decisions: dict[Key, Decision],
+    timings: dict[str, float],
+) -> dict[str, Any]:
+    """What a finished selection run says (its page and the benches read it)."""
     return {
-        "pytorch_sha": sha,
-        "tree": str(tree),
-        "inventory": snapshot.stats,
-        "stage1": coarse.as_dict(),
+        "pytorch_sha": prepared.sha,
+        "tree": str(prepared.tree),
+        "inventory": prepared.snapshot.stats,
+        "stage1": prepared.coarse.as_dict(),
         "capture": {"tests": capture.tests, "variants": capture.variants, "rows": capture.rows,
                     "processes": capture.processes, "lost_files": capture.lost_files},
-        "capabilities": capabilities.summary(),
+        "capabilities": capabilities,
         "stage4": device_summary,
         "proposals": counts,
         "decisions": decisions_summary(decisions.values()),

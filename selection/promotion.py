@@ -10,7 +10,7 @@ transaction that gives the run its status, and commits with it:
 - **quarantine**: a test that passed only on a retry in this run and in at least
   `CRCR_QUARANTINE_FLAKY_RUNS` of the backend's last `CRCR_QUARANTINE_WINDOW` runs is
   proposed as a non-strict `xfail`, its history as evidence.
-Both go through `pipeline.save_proposals`: what the config already says, or what a
+Both go through `proposals.save_proposals`: what the config already says, or what a
 reviewer already decided the same way, is not proposed again. A proposal is advice: a
 failure here is logged and rolled back to its savepoint, never the run's status.
 """
@@ -25,7 +25,7 @@ from django.conf import settings
 from django.db import transaction
 
 from runs.models import Failure, Run, TestResult
-from selection import pipeline, refine
+from selection import pipeline, proposals, refine
 from selection.models import Proposal
 
 logger = logging.getLogger(__name__)
@@ -41,7 +41,7 @@ def from_run(sender: Any = None, *, run: Run, **kwargs: Any) -> dict[str, int]:
             decisions = promotions(run, parent) + quarantines(run)
             if not decisions:
                 return {}
-            return pipeline.save_proposals(run.backend, None, decisions, parent)
+            return proposals.save_proposals(run.backend, None, decisions, parent)
     except Exception:
         logger.exception("proposals from run %s not saved", run.uuid)
         return {}
@@ -63,7 +63,7 @@ def promotions(run: Run, parent: str) -> list[pipeline.Decision]:
     variants: dict[pipeline.Key, list[tuple[str, str]]] = defaultdict(list)
     for key, outcome, mode in final.values():
         variants[key].append((outcome, mode))
-    explicit = pipeline.explicit_entries(parent)
+    explicit = proposals.explicit_entries(parent)
     decisions = []
     for key, seen in sorted(variants.items()):
         outcomes = [outcome for outcome, _ in seen]

@@ -82,13 +82,27 @@ def run_on_device(
     progress: Progress | None = None,
 ) -> list[TestRecord]:
     """Collect the config's tests on the device and run them; every attempt of every test."""
+    pytest = device_pytest(tree, config_text, device_module, capabilities, workdir)
+    ids, records = collect(pytest)
+    return records + run_ids(pytest, ids, workdir / "shard", progress) if ids else records
+
+
+def device_pytest(
+    tree: Path, config_text: str, device_module: str, capabilities: Capabilities, workdir: Path
+) -> PytestRun:
+    """The pytest process that runs the config's tests on the device (its files in `workdir`)."""
     workdir.mkdir(parents=True, exist_ok=True)
     config = workdir / "config.yaml"
     config.write_text(config_text)
     environment = TestEnvironment.for_device(
         device_module, tree, extra=device_variables(capabilities, workdir)
     )
-    pytest = PytestRun(environment, tree, configs=[config], test_timeout=TEST_TIMEOUT / 2)
+    return PytestRun(environment, tree, configs=[config], test_timeout=TEST_TIMEOUT / 2)
+
+
+def collect(pytest: PytestRun) -> tuple[list[str], list[TestRecord]]:
+    """The node ids the config selects on the device, and an error record per file that
+    does not even import there."""
     completed = replace(pytest, collect_only=True).run(timeout=1800)
     ids = collected_ids(completed.stdout)
     broken = collection_errors(completed.stdout)
@@ -97,24 +111,27 @@ def run_on_device(
         raise DeviceRunError(
             f"collection on the device failed (exit {completed.returncode}):\n{tail}"
         )
-    # A file that does not even import on the device reports as one error per file.
     records = [
         TestRecord(path, "error", message=f"the file does not import on the device: {why}")
         for path, why in broken.items()
     ]
-    if not ids:
-        return records
+    return ids, records
+
+
+def run_ids(
+    pytest: PytestRun, ids: list[str], workdir: Path, progress: Progress | None = None
+) -> list[TestRecord]:
+    """Run the ids (crash pinning, hang watchdog, one retry of a failure that may pass)."""
     spec = ShardSpec(
         ids=ids,
-        workdir=workdir / "shard",
+        workdir=workdir,
         pytest=pytest,
         timeout=3600,
         test_timeout=TEST_TIMEOUT,
         max_attempts=2,
     )
-    watcher = _Watcher(spec.workdir, len(ids), progress)
-    with watcher:
-        return records + Executor(spec, should_retry).run()
+    with _Watcher(spec.workdir, len(ids), progress):
+        return Executor(spec, should_retry).run()
 
 
 def collection_errors(output: str) -> dict[str, str]:

@@ -9,16 +9,24 @@ from celery import Task, shared_task
 from django.conf import settings
 
 from crcr_site.lib import enqueue, leases
-from selection import enabling, pipeline, submissions
-from selection.models import ConfigSubmission, SelectionRun
+from selection import chunk_worker, chunks, enabling, submissions
+from selection.models import ConfigSubmission, SelectionChunk, SelectionRun
 
 
 @shared_task(time_limit=6 * 3600)
 def run_selection(run_id: int) -> None:
-    """Stages 1-4 for the run's backend; a redelivered task finds the run claimed and stops."""
+    """The run's next step (`selection.chunks`): its heavy work goes out in chunks; a
+    redelivered task finds the step claimed and stops."""
     run = SelectionRun.objects.select_related("backend").get(pk=run_id)
-    if run.claim():
-        pipeline.run_for_backend(run.backend, run=run)
+    if chunks.claim(run):
+        chunks.advance(run)
+
+
+@shared_task(time_limit=6 * 3600)
+def run_chunk(chunk_id: int) -> None:
+    """One chunk of a selection run's capture or stage 4; a redelivered task finds it
+    claimed (or ended) and stops."""
+    chunk_worker.execute(chunk_id)
 
 
 @shared_task(time_limit=3 * 3600)
@@ -49,8 +57,9 @@ def _give_up(run: SelectionRun, reason: str) -> None:
 
 @shared_task(time_limit=60)
 def resend_lost_work() -> dict[str, list[int]]:
-    """Beat: selection runs and config checks whose worker died are taken over (or given
-    up once their attempts are spent); those whose message was lost are sent again."""
+    """Beat: selection runs, their chunks and config checks whose worker died are taken
+    over (or given up once their attempts are spent); those whose message was lost are
+    sent again."""
     lost = settings.CRCR_LOST_WORK_SECONDS
     runs = leases.sweep(
         SelectionRun, SelectionRun.Status.QUEUED, SelectionRun.Status.RUNNING,
@@ -62,4 +71,12 @@ def resend_lost_work() -> dict[str, list[int]]:
         resend=lambda submission: check_submission, give_up=submissions.give_up,
         lost_before=enqueue.lost_before(check_submission, lost),
     )  # fmt: skip
-    return {"runs": runs, "submissions": checks}
+    chunked = leases.sweep(
+        SelectionChunk, SelectionChunk.Status.QUEUED, SelectionChunk.Status.RUNNING,
+        resend=lambda chunk: run_chunk, give_up=chunks.give_up,
+        lost_before=enqueue.lost_before(run_chunk, lost),
+    )  # fmt: skip
+    # A waiting run whose last chunk's worker died before it queued the run goes on.
+    for run_id in chunks.stalled():
+        enqueue.send(run_selection, run_id)
+    return {"runs": runs, "submissions": checks, "chunks": chunked}

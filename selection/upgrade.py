@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from runs.models import Backend
-from selection import inventory, opindex, pipeline
+from selection import inventory, opindex, pipeline, proposals
 from selection.capabilities import for_backend
 from selection.models import InventorySnapshot, Proposal, SelectionRun
 from selection.progress import Progress, RunStatus, both
@@ -108,7 +108,7 @@ def _upgrade(
             "to": new_sha,
             "change": "added" if decision.key in set(changes.added) else "changed",
         }
-    counts = pipeline.save_proposals(backend, run, decisions.values(), parent)
+    counts = proposals.save_proposals(backend, run, decisions.values(), parent)
     report("done", 1, 1)
     return {
         "from": old.pytorch_sha,
@@ -131,7 +131,7 @@ def removed_entries(
     gone = {(path, f"{cls}::{name}" if cls else name) for path, cls, name in removed}
     present = {(path, f"{cls}::{name}" if cls else name) for path, cls, name in new.test_hashes()}
     out = []
-    for (path, name), (mode, _) in pipeline.explicit_entries(parent).items():
+    for (path, name), (mode, _) in proposals.explicit_entries(parent).items():
         if (path, name) in gone or (
             any(p == path for p, _ in present) and (path, name) not in present and "::" in name
         ):

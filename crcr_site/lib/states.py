@@ -27,7 +27,7 @@ TONES = {
     ),
     **dict.fromkeys(
         ["queued", "planning", "running", "pending", "sending", "building", "needs_rebase",
-         "recheck", "flaky"],
+         "recheck", "flaky", "waiting"],
         "amber",
     ),
     "open": "blue",

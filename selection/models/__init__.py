@@ -182,6 +182,7 @@ class SelectionRun(Leased):
     class Status(models.TextChoices):
         QUEUED = "queued", "queued"
         RUNNING = "running", "running"
+        WAITING = "waiting", "waiting for its chunks"  # on workers: selection.chunks
         DONE = "done", "done"
         FAILED = "failed", "failed"
 
@@ -239,8 +240,7 @@ class SelectionRun(Leased):
         )
 
     def claim(self) -> bool:
-        """Move a queued run to running (or take over a dead worker's); False when another
-        worker holds it."""
+        """Queued to running (or take a dead worker's over); False when another holds it."""
         return leases.claim(
             self, self.Status.QUEUED, self.Status.RUNNING, started_at=timezone.now()
         )
@@ -495,6 +495,6 @@ class ConfigComment(models.Model):
         return f"{self.author} on {self.change}"
 
 
-# A model of its own module (this one is at its size budget); imported here so Django
-# finds it with the app's others.
+# Models of their own modules (this one is at its size budget), imported for Django.
+from selection.models.chunks import SelectionChunk as SelectionChunk  # noqa: E402
 from selection.models.submissions import ConfigSubmission as ConfigSubmission  # noqa: E402

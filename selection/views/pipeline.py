@@ -31,7 +31,7 @@ def selectionrun_detail(request: HtmxHttpRequest, uuid: str) -> HttpResponse:
     run = get_object_or_404(SelectionRun.objects.select_related("backend"), uuid=uuid)
     # Enabling an operator is work of the Operators page; the other runs feed the queue.
     nav = "operators" if run.kind == SelectionRun.Kind.ENABLE_OP else "review"
-    context = {"run": run, "nav": nav}
+    context = {"run": run, "nav": nav, "files": run.chunks.per_file()}
     if request.htmx:
         response = render(request, "selection/selectionrun_detail.html#status", context)
         # Once the run has ended the page stops polling (htmx's 286).

@@ -122,7 +122,7 @@ def test_a_selection_run_left_by_a_dead_worker_is_shown_failed_with_why(backend,
         backend=backend, kind="upgrade", argument="f" * 40, status="running", claims=1, **SILENT
     )
 
-    assert selection_tasks.resend_lost_work() == {"runs": [], "submissions": []}
+    assert selection_tasks.resend_lost_work() == {"runs": [], "submissions": [], "chunks": []}
 
     spent.refresh_from_db()
     upgrade.refresh_from_db()

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from django.urls import reverse
 
-from selection import configprs, configwriter, pipeline
+from selection import configprs, configwriter, pipeline, proposals
 from selection.models import ConfigApproval, ConfigChange, ConfigVersion, Proposal
 from tests.factories import make_backend, make_config, make_proposal, make_user
 
@@ -175,7 +175,7 @@ def test_after_a_rebase_the_last_version_holds_every_approved_decision(setup):
         configprs.merge(second, otto, second.revision)
     configprs.approve(second, rita, second.revision)
     last = configprs.merge(second, otto, second.revision)
-    entries = pipeline.explicit_entries(last.yaml_text)
+    entries = proposals.explicit_entries(last.yaml_text)
     assert entries[("test/test_plain_reuse.py", "TestPlainMath::test_sum")][0] == "skip"
     assert entries[("test/test_plain_reuse.py", "TestPlainMath::test_passes_today")][0] == "xfail"
     assert entries[("test/test_plain_reuse.py", "TestPlainMath::test_wrong_on_purpose")][0] == (

@@ -4,7 +4,7 @@ result, with a link to the queue filtered to the proposals it made; support in c
 import pytest
 from playwright.sync_api import expect
 
-from selection import pipeline
+from selection import pipeline, proposals
 from selection.models import Proposal, SelectionRun
 from tests.factories import make_backend, make_config, make_proposal, make_user
 from tests.selection.test_operators_page import DECLARED, use
@@ -23,7 +23,7 @@ def finish_as_the_worker_would(run: SelectionRun, passing: str, failing: str) ->
         key, "mandatory_success", "passes on the device once aten::lgamma is supported",
         Proposal.Stage.ENABLE_OP, {}, {"enabled_op": "lgamma"},
     )  # fmt: skip
-    counts = pipeline.save_proposals(run.backend, run, [decision], DECLARED)
+    counts = proposals.save_proposals(run.backend, run, [decision], DECLARED)
     run.claim()
     run.finish(
         {

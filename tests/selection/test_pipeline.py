@@ -8,6 +8,7 @@ import pytest
 
 from selection import configwriter, inventory, pipeline, upgrade
 from selection.models import CapturedTest, Proposal, SelectionRun
+from selection.proposals import save_proposals
 from tests.factories import make_backend, make_config, make_user
 
 TINY = '''"""Tensor arithmetic on the device."""
@@ -142,16 +143,16 @@ def test_a_decision_without_device_evidence_does_not_reopen_one_approved_on_devi
     refined = pipeline.Decision(
         key, "xfail", "numerical mismatch", Proposal.Stage.REFINE, evidence={"device": {}}
     )
-    pipeline.save_proposals(backend, None, [refined], PARENT)
+    save_proposals(backend, None, [refined], PARENT)
     Proposal.objects.get().review(make_user("rita", "reviewer"), approve=True)
     static = pipeline.Decision(
         key, "mandatory_success", "all ops supported", Proposal.Stage.CLASSIFY
     )
-    assert pipeline.save_proposals(backend, None, [static], PARENT)["unchanged"] == 1
+    assert save_proposals(backend, None, [static], PARENT)["unchanged"] == 1
     fresh = pipeline.Decision(
         key, "mandatory_success", "passes now", Proposal.Stage.REFINE, evidence={"device": {}}
     )
-    assert pipeline.save_proposals(backend, None, [fresh], PARENT)["created"] == 1
+    assert save_proposals(backend, None, [fresh], PARENT)["created"] == 1
 
 
 HELPERS = '''"""Operators the CPU capture sees that the device never receives."""

@@ -6,7 +6,7 @@ from pathlib import Path
 from django.urls import reverse
 from playwright.sync_api import expect
 
-from selection import configwriter, pipeline
+from selection import configwriter, proposals
 from selection.models import ConfigVersion, Proposal
 from tests.factories import PASSWORD, make_backend, make_config, make_proposal, make_user
 
@@ -118,7 +118,7 @@ def test_a_reviewer_filters_edits_bulk_approves_and_a_second_reviewer_merges(
     assert download.suggested_filename == "crcr-config.yaml"
     text = Path(download.path()).read_text()
     configwriter.validate(text, TREE)
-    entries = pipeline.explicit_entries(text)
+    entries = proposals.explicit_entries(text)
     assert entries[("test/test_ops_reuse.py", "TestOpsReuse::test_returns_device_tensors")][0] == (
         "skip"
     )
