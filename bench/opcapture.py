@@ -5,12 +5,12 @@
 The tree is $TORCH_ROOT (a PyTorch checkout, or a folder with real upstream test
 files under test/), else the bundled upstream-style tree. Both variants run the
 same files (the tests `-k` picks, if given) in one pytest process each, on the
-CPU, alternating, `--rounds` times. The figure held to the target is the CPU time (user + system) of the
-pytest processes, capture over plain: it is what running the tests costs, and
-unlike wall time it barely moves when other work shares the machine. Also
-printed: the sum of the tests' own durations from JUnit XML (wall clock, no
-import time) and the processes' wall time. Target: <= 1.5x. Exit status 1 when
-the target is missed.
+CPU, alternating, `--rounds` times. The figure held to the target is the CPU
+time (user + system) of the pytest processes, capture over plain: it is what
+running the tests costs, and unlike wall time it barely moves when other work
+shares the machine. Also printed: the sum of the tests' own durations from JUnit
+XML (wall clock, no import time) and the processes' wall time. Target: <= 1.5x.
+Exit status 1 when the target is missed.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+# This checkout's engine, not whichever one the environment has installed.
+sys.path[:0] = [str(ROOT / "engine"), str(ROOT)]
 
 from crcr_reuse.launcher import OperatorCapture, PytestRun, TestEnvironment  # noqa: E402
 
@@ -38,7 +39,9 @@ def run(
     tree: Path, files: list[str], capture: bool, scratch: Path, tag: str, keyword: str | None
 ) -> tuple[float, float, float, int]:
     junit = scratch / f"{tag}.xml"
-    variables = dict(os.environ, PYTORCH_TESTING_DEVICE_ONLY_FOR="cpu", PYTHONPATH=str(ROOT))
+    variables = dict(
+        os.environ, PYTORCH_TESTING_DEVICE_ONLY_FOR="cpu", PYTHONPATH=os.pathsep.join(sys.path[:2])
+    )
     if capture:
         variables.update(
             TORCH_LOGS="post_grad_graphs,aot_graphs", TORCH_LOGS_OUT=str(scratch / "logs.txt")
