@@ -102,10 +102,6 @@ class Capture:
         import torch.testing
         from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
-        try:
-            from torch._dynamo.decorators import skip as skip_frame
-        except ImportError:  # a torch without it keeps its own per-call guard
-            skip_frame = None
         capture = self
 
         class Recorder(TorchDispatchMode):
@@ -119,18 +115,10 @@ class Capture:
                 self.checks: list[repeated_checks.GradCheck] = []  # run under capture
                 self.repeating = 0
 
-            @classmethod
-            def _should_skip_dynamo(cls) -> bool:
-                # torch wraps each call of the method below to keep dynamo out of it (a
-                # share of the cost per op): its frame is marked skipped once instead.
-                return skip_frame is None
-
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
                 (self.helper_ops if self.helper_depth else self.ops).add(func)
-                return func._op(*args, **(kwargs or {}))  # the C++ op, no Python frame
+                return func(*args, **(kwargs or {}))
 
-        if skip_frame is not None:
-            skip_frame(Recorder.__dict__["__torch_dispatch__"])
         self.recorder_class = Recorder
 
         def paused(fn: Any) -> Any:
