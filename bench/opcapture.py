@@ -1,16 +1,16 @@
 """Bench: running real upstream tests under the operator capture vs. running them plainly.
 
-    .venv/bin/python bench/opcapture.py [--files test/test_view_ops.py ...] [--rounds 2]
+    .venv/bin/python bench/opcapture.py [--files test/test_view_ops.py ...] [-k EXPR] [--rounds 2]
 
 The tree is $TORCH_ROOT (a PyTorch checkout, or a folder with real upstream test
 files under test/), else the bundled upstream-style tree. Both variants run the
-same files in one pytest process each, on the CPU, alternating, `--rounds`
-times. The figure held to the target is the CPU time (user + system) of the
-pytest processes, capture over plain: it is what running the tests costs, and
-unlike wall time it barely moves when other work shares the machine. Also
-printed: the sum of the tests' own durations from JUnit XML (wall clock, no
-import time) and the processes' wall time. Target: <= 1.5x. Exit status 1 when
-the target is missed.
+same files (the tests `-k` picks, if given) in one pytest process each, on the
+CPU, alternating, `--rounds` times. The figure held to the target is the CPU
+time (user + system) of the pytest processes, capture over plain: it is what
+running the tests costs, and unlike wall time it barely moves when other work
+shares the machine. Also printed: the sum of the tests' own durations from JUnit
+XML (wall clock, no import time) and the processes' wall time. Target: <= 1.5x.
+Exit status 1 when the target is missed.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+# This checkout's engine, not whichever one the environment has installed.
+sys.path[:0] = [str(ROOT / "engine"), str(ROOT)]
 
 from crcr_reuse.launcher import OperatorCapture, PytestRun, TestEnvironment  # noqa: E402
 
@@ -35,10 +36,12 @@ LIMIT_S = 4 * 3600
 
 
 def run(
-    tree: Path, files: list[str], capture: bool, scratch: Path, tag: str
+    tree: Path, files: list[str], capture: bool, scratch: Path, tag: str, keyword: str | None
 ) -> tuple[float, float, float, int]:
     junit = scratch / f"{tag}.xml"
-    variables = dict(os.environ, PYTORCH_TESTING_DEVICE_ONLY_FOR="cpu", PYTHONPATH=str(ROOT))
+    variables = dict(
+        os.environ, PYTORCH_TESTING_DEVICE_ONLY_FOR="cpu", PYTHONPATH=os.pathsep.join(sys.path[:2])
+    )
     if capture:
         variables.update(
             TORCH_LOGS="post_grad_graphs,aot_graphs", TORCH_LOGS_OUT=str(scratch / "logs.txt")
@@ -51,7 +54,7 @@ def run(
         rootdir=tree,
         # Paths in the capture relative to the tree: the rootdir, the plugin's own default.
         capture=OperatorCapture(scratch / f"{tag}.jsonl", tree) if capture else None,
-        extra_args=["-o", "addopts="],
+        extra_args=["-o", "addopts=", *(["-k", keyword] if keyword else [])],
     )
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.monotonic()
@@ -67,6 +70,7 @@ def run(
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--files", nargs="*", help="test files relative to the tree")
+    parser.add_argument("-k", dest="keyword", help="pytest's -k: run only the tests it picks")
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
     tree = Path(os.environ.get("TORCH_ROOT") or ROOT / "tests" / "upstream").resolve()
@@ -76,14 +80,17 @@ def main() -> int:
         or default
         or sorted(str(p.relative_to(tree)) for p in (tree / "test").glob("test_*.py"))
     )
-    print(f"tree {tree}; files {', '.join(files)}; {args.rounds} rounds, alternating")
+    picked = f" -k {args.keyword!r}" if args.keyword else ""
+    print(f"tree {tree}; files {', '.join(files)}{picked}; {args.rounds} rounds, alternating")
     totals = {"plain": [0.0, 0.0, 0.0], "capture": [0.0, 0.0, 0.0]}
     count = 0
     with tempfile.TemporaryDirectory(prefix="crcr-bench-") as folder:
         scratch = Path(folder)
         for n in range(args.rounds):
             for name in ("plain", "capture"):
-                cpu, tests, wall, count = run(tree, files, name == "capture", scratch, f"{name}{n}")
+                cpu, tests, wall, count = run(
+                    tree, files, name == "capture", scratch, f"{name}{n}", args.keyword
+                )
                 for index, value in enumerate((cpu, tests, wall)):
                     totals[name][index] += value
                 print(

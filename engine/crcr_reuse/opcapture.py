@@ -12,6 +12,9 @@ its outcome and duration. How:
   most of a test's op calls), and ops called inside `make_tensor` count as
   helpers; for OpInfo tests only the ops of the declared OpInfo
   (`param_kwargs["op"]`) count as under test;
+- capture is also paused in most of a gradcheck / gradgradcheck that repeats
+  one the test already ran under capture (`repeated_checks`: module tests'
+  partial derivatives, most of their op calls);
 - compiled tests (their code calls `torch.compile` / `_dynamo.optimize`) run
   without the mode, which would make compilation run eagerly: their operators
   are read from the post-grad and AOT graphs torch writes to `TORCH_LOGS_OUT`
@@ -33,6 +36,7 @@ from typing import Any
 
 import pytest
 
+from . import repeated_checks
 from .names import test_names
 
 DEVICE_SUFFIX = re.compile(r"(CPU|CUDA|META|MPS|XPU|HPU|LAZY|PRIVATEUSE1|PRIVATEUSEONE)$")
@@ -108,6 +112,8 @@ class Capture:
                 self.ops: set[Any] = set()
                 self.helper_ops: set[Any] = set()
                 self.helper_depth = 0
+                self.checks: list[repeated_checks.GradCheck] = []  # run under capture
+                self.repeating = 0
 
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
                 (self.helper_ops if self.helper_depth else self.ops).add(func)
@@ -141,6 +147,7 @@ class Capture:
 
         from torch.testing._internal import common_utils
 
+        repeated_checks.install(lambda: capture.recorder)
         common_utils.TestCase.assertEqual = paused(common_utils.TestCase.assertEqual)
         torch.testing.assert_close = paused(torch.testing.assert_close)
         wrapped_make_tensor = helper(getattr(torch.testing, "make_tensor"))  # noqa: B009

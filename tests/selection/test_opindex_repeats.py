@@ -1,0 +1,50 @@
+"""The operator capture through repeated gradient checks (module tests' partial derivatives)."""
+
+from selection import opindex
+from tests.selection.test_opindex import write_tree
+
+# Both tests check a total derivative, then each input's partial one (as test_modules
+# does): `test_repeated` with the same function (the capture skips most of those
+# repeats), `test_fresh` with a new function each time (nothing is skipped).
+GRADS = """import torch
+from torch.testing._internal.common_utils import TestCase, gradcheck, gradgradcheck
+
+
+def make():
+    return lambda x, w, b: torch.mm(x, w.t()).add(b).tanh()
+
+
+class TestGrads(TestCase):
+    def partials(self, check, fresh):
+        x = torch.randn(4, 3, dtype=torch.double, requires_grad=True)
+        w = torch.randn(2, 3, dtype=torch.double, requires_grad=True)
+        b = torch.randn(2, dtype=torch.double, requires_grad=True)
+        inputs = (x, w, b)
+        fn = make()
+        self.assertTrue(check(fn, inputs))
+        for tensor in inputs:
+            for other in inputs:
+                other.requires_grad_(other is tensor)
+            self.assertTrue(check(make() if fresh else fn, inputs))
+
+    def test_repeated(self):
+        self.partials(gradcheck, fresh=False)
+        self.partials(gradgradcheck, fresh=False)
+
+    def test_fresh(self):
+        self.partials(gradcheck, fresh=True)
+        self.partials(gradgradcheck, fresh=True)
+"""
+
+
+def test_repeated_gradient_checks_are_indexed_with_the_ops_fresh_ones_call(tmp_path):
+    tree = write_tree(tmp_path / "tree", {"test/test_grads.py": GRADS})
+    lines, result = opindex.run_capture(tree, ["test/test_grads.py"], tmp_path / "work")
+    assert result.lost_files == []
+    by_test = {line["test"]: line for line in lines}
+    assert {line["outcome"] for line in lines} == {"passed"}
+    repeated, fresh = by_test["test_repeated"], by_test["test_fresh"]
+    # mm's batched backward (vmap) is among them: a partial check's batching differs.
+    assert {"mm.default", "tanh_backward.default"} <= set(repeated["ops"])
+    assert repeated["ops"] == fresh["ops"]
+    assert repeated["helper_ops"] == fresh["helper_ops"]
