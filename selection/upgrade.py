@@ -117,6 +117,7 @@ def _upgrade(
         "diff": changes.as_dict(),
         "classified": len(decisions),
         "captured_processes": capture.processes if capture else 0,
+        "captured": {"tests": capture.tests, "variants": capture.variants} if capture else {},
         "removed_entries": removed_entries(parent, changes.removed, new),
         "proposals": counts,
         "decisions": pipeline.decisions_summary(decisions.values()),

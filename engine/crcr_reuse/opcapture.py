@@ -9,7 +9,8 @@ its outcome and duration. How:
 - eager tests run under a `TorchDispatchMode` that keeps each distinct
   `OpOverload` in a set (nothing else happens per call, to stay cheap);
 - capture is paused inside `assertEqual` / `assert_close` (verification, and
-  most of a test's op calls), and ops called inside `make_tensor` count as
+  most of a test's op calls), and ops called inside `make_tensor`, or by
+  `gradcheck` / `gradgradcheck` themselves (not by the function they check), count as
   helpers; for OpInfo tests only the ops of the declared OpInfo
   (`param_kwargs["op"]`) count as under test;
 - capture is also paused in most of a gradcheck / gradgradcheck that repeats
@@ -145,9 +146,41 @@ class Capture:
 
             return wrapper
 
+        def checker(fn: Any) -> Any:
+            """gradcheck / gradgradcheck: their own operators (random probe vectors and
+            their norms, Jacobian comparisons) are helpers; the function under test they
+            are given still counts as under test."""
+
+            @functools.wraps(fn)
+            def wrapper(func: Any, *args: Any, **kwargs: Any) -> Any:
+                recorder = capture.recorder
+                if recorder is None or not callable(func):
+                    return fn(func, *args, **kwargs)
+
+                def under_test(*inner: Any, **inner_kwargs: Any) -> Any:
+                    saved, recorder.helper_depth = recorder.helper_depth, 0
+                    try:
+                        return func(*inner, **inner_kwargs)
+                    finally:
+                        recorder.helper_depth = saved
+
+                under_test.checked = func  # type: ignore[attr-defined]  # repeats see through it
+
+                recorder.helper_depth += 1
+                try:
+                    return fn(under_test, *args, **kwargs)
+                finally:
+                    recorder.helper_depth -= 1
+
+            return wrapper
+
         from torch.testing._internal import common_utils
 
         repeated_checks.install(lambda: capture.recorder)
+        for module in (torch.autograd, common_utils):
+            for name in ("gradcheck", "gradgradcheck"):
+                if callable(getattr(module, name, None)):
+                    setattr(module, name, checker(getattr(module, name)))
         common_utils.TestCase.assertEqual = paused(common_utils.TestCase.assertEqual)
         torch.testing.assert_close = paused(torch.testing.assert_close)
         wrapped_make_tensor = helper(getattr(torch.testing, "make_tensor"))  # noqa: B009

@@ -221,6 +221,54 @@ def test_operators_the_device_never_receives_do_not_make_a_test_skipped(tmp_path
     assert on_device.evidence["device"]["failed"] >= 1
 
 
+GRADIENTS = '''"""Gradient checks: gradcheck's own operators are not the test's (issue 34)."""
+import torch
+from torch.testing._internal.common_device_type import instantiate_device_type_tests
+from torch.testing._internal.common_utils import TestCase, gradcheck
+
+
+class TestGradients(TestCase):
+    def test_gradient_checked_on_host(self, device):
+        x = torch.rand(3, 4, dtype=torch.double, requires_grad=True)
+        self.assertTrue(gradcheck(lambda t: t.unbind(), (x,), check_forward_ad=True))
+
+    def test_gradient_checked_on_device(self, device):
+        x = torch.rand(3, 4, device=device, dtype=torch.double, requires_grad=True)
+        self.assertTrue(gradcheck(lambda t: t.unbind(), (x,), check_forward_ad=True))
+
+
+instantiate_device_type_tests(TestGradients, globals())
+'''
+GRADIENTS_PARENT = """test_suite_config:
+  files:
+    - path: ${TORCH_ROOT}/test/test_gradients.py
+  global:
+    supported_dtypes: [{name: float32}, {name: float64}]
+"""
+
+
+@pytest.mark.django_db
+def test_an_operator_only_gradcheck_calls_is_tried_on_the_device(tmp_path):
+    """Found on test_view_ops.py: gradcheck normalises its probe vectors with
+    linalg_vector_norm, which the reference device lacks. Tests that gradcheck host tensors
+    pass on the device; the CPU capture cannot tell, so gradcheck's own operators are
+    helpers and stage 4 decides. The control checks device tensors and stays skipped."""
+    tree = write_tree(tmp_path, {"test/test_gradients.py": GRADIENTS})
+    backend = make_backend("reference", extension_points=["eager"])
+    make_config(backend, GRADIENTS_PARENT)
+    run = pipeline.run_for_backend(backend, tree, "3" * 40)
+    assert run.status == SelectionRun.Status.DONE, run.error
+    proposals = {p.test_name: p for p in Proposal.objects.filter(backend=backend)}
+
+    on_host = proposals["test_gradient_checked_on_host"]
+    assert (on_host.mode, on_host.stage) == ("mandatory_success", "refine"), on_host.reason
+    assert "linalg_vector_norm" in on_host.reason
+
+    on_device = proposals["test_gradient_checked_on_device"]
+    assert on_device.mode == "skip", on_device.reason
+    assert "linalg_vector_norm" in on_device.reason
+
+
 @pytest.mark.django_db
 def test_an_upgrade_classifies_only_what_changed(tmp_path):
     tree = write_tree(tmp_path / "old", {"test/test_tiny.py": TINY})
