@@ -44,7 +44,10 @@ def test_repeated_gradient_checks_are_indexed_with_the_ops_fresh_ones_call(tmp_p
     by_test = {line["test"]: line for line in lines}
     assert {line["outcome"] for line in lines} == {"passed"}
     repeated, fresh = by_test["test_repeated"], by_test["test_fresh"]
-    # mm's batched backward (vmap) is among them: a partial check's batching differs.
-    assert {"mm.default", "tanh_backward.default"} <= set(repeated["ops"])
+    # The checked function's own ops are under test; the backward ops gradcheck's
+    # Jacobians call are its helpers, mm's batched backward (vmap) among them: a partial
+    # check's batching differs from the total one's.
+    assert {"mm.default", "tanh.default"} <= set(repeated["ops"])
+    assert {"tanh_backward.default", "bmm.default"} <= set(repeated["helper_ops"])
     assert repeated["ops"] == fresh["ops"]
     assert repeated["helper_ops"] == fresh["helper_ops"]
