@@ -136,6 +136,9 @@ class Side:
             self.passing = sum(s for s, outcome in tests.values() if outcome == "passed")
             self.outcomes = {name: outcome for name, (_, outcome) in tests.items()}
 
+    def per_variant(self) -> float:
+        return self.total / max(len(self.outcomes), 1)
+
     def ms(self) -> str:
         count = len(self.outcomes)
         passed = sum(outcome == "passed" for outcome in self.outcomes.values())
@@ -143,6 +146,53 @@ class Side:
             f"{self.total / max(count, 1) * 1e3:6.1f} ms/variant ({count}), passing "
             f"{self.passing / max(passed, 1) * 1e3:6.1f} ms ({passed})"
         )
+
+
+def variant_figures(
+    tree: Path, files: list[Path], args: argparse.Namespace
+) -> tuple[float, list[str]]:
+    """Print the per-variant times and ratios; return today / c++ and the tests whose
+    outcome differs between today, python and c++."""
+    sides = {side: Side() for side in SIDES}
+    for _ in range(args.rounds):
+        for side, record in sides.items():
+            record.add(per_variant(tree, side, args.timeout))
+    print(f"per variant, {', '.join(f.name for f in files)} (best of {args.rounds}):")
+    for side, record in sides.items():
+        print(f"  {side:10s} {record.ms()}")
+    differ = sorted(
+        name
+        for side in ("today", "python")
+        for name, outcome in sides[side].outcomes.items()
+        if sides["c++"].outcomes.get(name) != outcome
+    )
+    print(f"outcomes that differ (today, python, c++): {len(differ)} {differ[:5] or ''}")
+    per = {side: record.per_variant() for side, record in sides.items()}
+    figure = per["today"] / per["c++"]
+    print(f"refdev_speed: per variant, today / c++: {figure:.2f} (target >= {TARGET:g})")
+    for label, top, bottom in (
+        ("python / c++ (the kernels alone)", "python", "c++"),
+        ("c++ / cpu plain (the floor)", "c++", "cpu plain"),
+        ("c++ / cpu plugin", "c++", "cpu plugin"),
+    ):
+        print(f"refdev_speed: per variant, {label}: {per[top] / per[bottom]:.2f}")
+    return figure, differ
+
+
+def operator_figure(rounds: int) -> float:
+    """Print the per-operator times; return Python / C++."""
+    ops: dict[str, list[float]] = {side: [] for side in ("cpu", "python", "native")}
+    for _ in range(rounds):
+        ops["python"].append(per_operator("privateuseone", "0"))
+        ops["native"].append(per_operator("privateuseone", "1"))
+        ops["cpu"].append(per_operator("cpu", "1"))
+    best = {side: min(times) for side, times in ops.items()}
+    op_ratio = best["python"] / best["native"]
+    print(
+        f"per operator: Python kernels {best['python'] * 1e6:.1f} µs, C++ kernels "
+        f"{best['native'] * 1e6:.1f} µs, the CPU {best['cpu'] * 1e6:.1f} µs"
+    )
+    return op_ratio
 
 
 def main() -> int:
@@ -159,53 +209,18 @@ def main() -> int:
     if check.returncode != 0:
         print(f"no C++ kernels on this machine: {check.stderr.strip()}")
         return 1
-    ops: dict[str, list[float]] = {side: [] for side in ("cpu", "python", "native")}
-    for _ in range(args.rounds):
-        ops["python"].append(per_operator("privateuseone", "0"))
-        ops["native"].append(per_operator("privateuseone", "1"))
-        ops["cpu"].append(per_operator("cpu", "1"))
-    best = {side: min(times) for side, times in ops.items()}
-    op_ratio = best["python"] / best["native"]
-    print(
-        f"per operator: Python kernels {best['python'] * 1e6:.1f} µs, C++ kernels "
-        f"{best['native'] * 1e6:.1f} µs, the CPU {best['cpu'] * 1e6:.1f} µs"
-    )
+    op_ratio = operator_figure(args.rounds)
     if args.files:
         folder = Path(os.environ["TORCH_ROOT"]).resolve() / "test"
         files = [folder / name for name in args.files]
     else:
         files = [BUNDLED / name for name in BUNDLED_FILES]
     scratch = Path(tempfile.mkdtemp(prefix="crcr-refdev-speed-"))
-    tree = tree_with(files, scratch)
-    sides = {side: Side() for side in SIDES}
-    for _ in range(args.rounds):
-        for side, best in sides.items():
-            best.add(per_variant(tree, side, args.timeout))
-    shutil.rmtree(scratch, ignore_errors=True)
-    print(f"per variant, {', '.join(f.name for f in files)} (best of {args.rounds}):")
-    for side, best in sides.items():
-        print(f"  {side:10s} {best.ms()}")
-    differ = sorted(
-        name
-        for side in ("today", "python")
-        for name, outcome in sides[side].outcomes.items()
-        if sides["c++"].outcomes.get(name) != outcome
-    )
-    print(f"outcomes that differ (today, python, c++): {len(differ)} {differ[:5] or ''}")
-
-    def per(side: str) -> float:
-        return sides[side].total / max(len(sides[side].outcomes), 1)
-
-    figure = per("today") / per("c++")
+    try:
+        figure, differ = variant_figures(tree_with(files, scratch), files, args)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     print(f"refdev_speed: per operator (python / c++): {op_ratio:.1f}")
-    print(f"refdev_speed: per variant, today / c++: {figure:.2f} (target >= {TARGET:g})")
-    print(
-        f"refdev_speed: per variant, python / c++ (the kernels alone): {per('python') / per('c++'):.2f}"
-    )
-    print(
-        f"refdev_speed: per variant, c++ / cpu plain (the floor): {per('c++') / per('cpu plain'):.2f}"
-    )
-    print(f"refdev_speed: per variant, c++ / cpu plugin: {per('c++') / per('cpu plugin'):.2f}")
     return 0 if figure >= TARGET and not differ else 1
 
 

@@ -20,6 +20,7 @@ import os
 import sys
 import unittest
 from collections.abc import Callable
+from types import FrameType
 from typing import Any
 
 ENV_KEEP = "CRCR_REUSE_TORCH_STACK"
@@ -32,14 +33,14 @@ def extract_test_fn() -> Callable[..., Any] | None:
     """The running test's function: the first frame up the stack whose ``self`` is the
     TestCase running a test of its own class (torch's rule), or None."""
     try:
-        frame = sys._getframe(1)
+        frame: FrameType | None = sys._getframe(1)
         while frame is not None:
             self_val = frame.f_locals.get("self")
             if isinstance(self_val, unittest.TestCase):
                 *_, cls_name, test_name = self_val.id().rsplit(".", 2)
                 if cls_name == type(self_val).__name__ and test_name.startswith("test"):
-                    return getattr(self_val, test_name).__func__  # type: ignore[no-any-return]
-            frame = frame.f_back  # type: ignore[assignment]
+                    return getattr(self_val, test_name).__func__
+            frame = frame.f_back
     except Exception:  # torch's own swallows every error the same way
         pass
     return None
