@@ -9,8 +9,9 @@
 // - metadata kernels (view, as_strided, ...): the CPU kernel over the device tensor;
 // - memory kernels: empty, empty_strided and _copy_from, and the device's allocator.
 // An operator the Python side marks `delegated` (a fault profile names it, or a poison
-// rule counts every operator), and an out= call whose outputs must grow, is handed to
-// the Python kernel registered for the same operator under the PrivateUse2 key.
+// rule counts every operator), and an out= call whose outputs must grow (but an output
+// with no memory yet, which takes the CPU result here), is handed to the Python kernel
+// registered for the same operator under the PrivateUse2 key.
 // Built and loaded by native.py; kernels.py registers which operator gets which kind.
 
 #include <ATen/core/Tensor.h>
