@@ -14,7 +14,7 @@ from .conftest import Run, clean_env, heavy_run, run_python
 pytestmark = pytest.mark.heavy_runs("device")
 
 BASICS = """
-import json, torch
+import json, torch, warnings
 import crcr_reuse.reference_device as device
 t = torch.arange(6.0, device="privateuseone").view(2, 3)
 row = t[1]
@@ -33,6 +33,15 @@ try:
     torch.lgamma(t)
 except NotImplementedError as error:
     facts["unsupported"] = str(error).splitlines()[0]
+# out= forms: an output with no memory yet (what composite operators such as abs pass),
+# and one too small, which grows with PyTorch's warning.
+empty = torch.empty(0, device="privateuseone")
+facts["abs_out"] = [torch.abs(-t, out=empty) is empty, list(empty.shape), empty.cpu().tolist()]
+short = torch.zeros(2, device="privateuseone")
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    torch.neg(t, out=short)
+facts["grown"] = [short.cpu().tolist(), any("resized" in str(w.message) for w in caught)]
 print(json.dumps(facts))
 """
 
@@ -123,6 +132,13 @@ def test_kernels_compute_on_the_cpu_and_views_share_device_memory(background: An
     found = facts(background, "basics")
     assert found["shared"] == 42.0 and found["is_view"]
     assert found["doubled_sum"] == 2 * (0 + 1 + 2 + 42 + 4 + 5)
+
+
+def test_an_out_argument_takes_the_results_shape_on_the_device(background: Any) -> None:
+    found = facts(background, "basics")
+    rows = [[0.0, 1.0, 2.0], [42.0, 4.0, 5.0]]
+    assert found["abs_out"] == [True, [2, 3], rows]
+    assert found["grown"] == [[[-v for v in row] for row in rows], True]
 
 
 def test_the_python_kernels_behave_as_the_cpp_ones(background: Any) -> None:

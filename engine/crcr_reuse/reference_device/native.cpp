@@ -9,8 +9,9 @@
 // - metadata kernels (view, as_strided, ...): the CPU kernel over the device tensor;
 // - memory kernels: empty, empty_strided and _copy_from, and the device's allocator.
 // An operator the Python side marks `delegated` (a fault profile names it, or a poison
-// rule counts every operator), and an out= call whose outputs must grow, is handed to
-// the Python kernel registered for the same operator under the PrivateUse2 key.
+// rule counts every operator), and an out= call whose outputs must grow (but an output
+// with no memory yet, which takes the CPU result here), is handed to the Python kernel
+// registered for the same operator under the PrivateUse2 key.
 // Built and loaded by native.py; kernels.py registers which operator gets which kind.
 
 #include <ATen/core/Tensor.h>
@@ -69,19 +70,23 @@ at::Tensor as_cpu(const at::Tensor& device) {
   return tensor;
 }
 
-// A device tensor that takes over a CPU tensor's buffer (the buffer lives as long as
+// A device storage that takes over a CPU storage's buffer (the buffer lives as long as
 // the device storage does).
-at::Tensor to_device(const at::Tensor& cpu) {
-  const c10::Storage& storage = cpu.storage();
+c10::Storage device_storage(const c10::Storage& storage) {
   auto* keep = new c10::Storage(storage);
   c10::DataPtr pointer(
       storage.mutable_data(), keep,
       [](void* context) { delete static_cast<c10::Storage*>(context); }, kDevice);
-  c10::Storage owned(
+  return c10::Storage(
       c10::Storage::use_byte_size_t(), storage.nbytes(), std::move(pointer),
       /*allocator=*/nullptr, /*resizable=*/false);
+}
+
+// A device tensor that takes over a CPU tensor's buffer.
+at::Tensor to_device(const at::Tensor& cpu) {
   auto tensor = at::detail::make_tensor<c10::TensorImpl>(
-      std::move(owned), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), cpu.dtype());
+      device_storage(cpu.storage()), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+      cpu.dtype());
   tensor.unsafeGetTensorImpl()->set_sizes_and_strides(
       cpu.sizes(), cpu.strides(), cpu.storage_offset());
   if (cpu.is_conj()) tensor._set_conj(true);
@@ -120,7 +125,35 @@ void python_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 
 struct Aliases {
   std::vector<std::pair<at::Tensor, at::Tensor>> pairs;  // (cpu alias, device tensor)
+  // out= arguments with no memory yet (what composite operators such as abs pass): the
+  // CPU kernel gets a fresh CPU tensor it may resize, and the device tensor takes its
+  // buffer afterwards. A CPU alias of no memory cannot grow, and that path (an error,
+  // then the Python kernel) costs a few hundred microseconds.
+  std::vector<std::pair<at::Tensor, at::Tensor>> fresh_outs;  // (cpu tensor, device out)
 };
+
+bool is_fresh_out(const c10::Argument& argument, const c10::IValue& value) {
+  if (!argument.is_out() || !value.isTensor()) return false;
+  const at::Tensor& out = value.toTensor();
+  return is_device(out) && out.storage().nbytes() == 0 && !out.is_conj() && !out.is_neg() &&
+         out.unsafeGetTensorImpl()->allow_tensor_metadata_change();
+}
+
+c10::IValue fresh_cpu_out(const at::Tensor& out, Aliases& aliases) {
+  at::Tensor cpu = at::empty({0}, out.options().device(c10::DeviceType::CPU));
+  aliases.fresh_outs.emplace_back(cpu, out);
+  aliases.pairs.emplace_back(cpu, out);
+  return cpu;
+}
+
+// The device out takes the CPU kernel's result: its buffer, sizes and strides.
+void adopt_fresh_outs(const Aliases& aliases) {
+  for (const auto& [cpu, device] : aliases.fresh_outs) {
+    c10::TensorImpl* impl = device.unsafeGetTensorImpl();
+    impl->set_storage_keep_dtype(device_storage(cpu.storage()));
+    impl->set_sizes_and_strides(cpu.sizes(), cpu.strides(), cpu.storage_offset());
+  }
+}
 
 c10::IValue cpu_argument(const c10::IValue& value, Aliases& aliases) {
   if (value.isTensor()) {
@@ -251,12 +284,16 @@ class ComputeKernel final : public c10::OperatorKernel {
   bool cross_device_ = false;
 
   void run(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-    const size_t count = op.schema().arguments().size();
+    const auto& arguments = op.schema().arguments();
+    const size_t count = arguments.size();
     Aliases aliases;
     torch::jit::Stack cpu_stack;
     cpu_stack.reserve(count);
-    for (auto it = stack->end() - count; it != stack->end(); ++it) {
-      cpu_stack.push_back(cpu_argument(*it, aliases));
+    for (size_t i = 0; i < count; ++i) {
+      const c10::IValue& value = (*stack)[stack->size() - count + i];
+      cpu_stack.push_back(
+          is_fresh_out(arguments[i], value) ? fresh_cpu_out(value.toTensor(), aliases)
+                                            : cpu_argument(value, aliases));
     }
     if (!aliases.pairs.empty() && !cross_device_) {
       check_same_device(op, std::vector<c10::IValue>(stack->end() - count, stack->end()));
@@ -264,11 +301,15 @@ class ComputeKernel final : public c10::OperatorKernel {
     try {
       op.callBoxed(&cpu_stack);
     } catch (const c10::Error& error) {
-      std::string what = error.what();
+      // Not what(): it symbolizes the C++ backtrace, about 100 ms a call. Composite
+      // operators (abs, the unary ops) call their out= form with an empty output, so
+      // this path is common.
+      std::string what = error.what_without_backtrace();
       if (what.find("not resizable") == std::string::npos || !has_out_arguments(op)) throw;
       // Outputs that must grow: the Python kernel computes into CPU outputs, copies back.
       return python_kernel(op, stack);
     }
+    adopt_fresh_outs(aliases);
     torch::jit::drop(*stack, count);
     for (auto& value : cpu_stack) stack->push_back(device_value(value, aliases));
   }
