@@ -35,7 +35,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -45,6 +44,7 @@ import uuid
 from pathlib import Path
 
 import bigtree
+from private_redis import start_redis
 
 ROOT = bigtree.ROOT
 TARGET = 1.5
@@ -55,29 +55,6 @@ CONFIG = """test_suite_config:
     - path: ${TORCH_ROOT}/test/**/test_*.py
       unlisted_test_mode: mandatory_success
 """
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def start_redis() -> tuple[subprocess.Popen[bytes], str]:
-    """A redis-server of this bench's own, without persistence: no other worker sees it."""
-    port = free_port()
-    server = subprocess.Popen(
-        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-         "--appendonly", "no", "--dir", str(SCRATCH)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        ping = subprocess.run(["redis-cli", "-p", str(port), "ping"], capture_output=True)
-        if ping.stdout.strip() == b"PONG":
-            return server, f"redis://127.0.0.1:{port}/0"
-        time.sleep(0.1)
-    raise SystemExit("redis-server did not start")
 
 
 def setup(tree: Path, broker: str) -> None:
@@ -243,7 +220,7 @@ def main() -> int:
     tree = bigtree.from_options(args)
     if "DATABASE_URL" not in os.environ:
         print("database: a fresh SQLite file")
-    redis, broker = start_redis()
+    redis, broker = start_redis(SCRATCH)
     try:
         setup(tree.root, broker)
         backend_id = make_backend()

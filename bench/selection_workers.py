@@ -26,13 +26,14 @@ import argparse
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
 from pathlib import Path
+
+from private_redis import start_redis
 
 ROOT = Path(__file__).resolve().parent.parent
 BUNDLED = ROOT / "tests" / "upstream"
@@ -64,29 +65,6 @@ def build_tree(copies: int) -> tuple[Path, str]:
     config = (BUNDLED / "crcr-config.yaml").read_text()
     global_section = config[config.index("  global:") :]
     return tree, "test_suite_config:\n  files:\n" + "".join(entries) + global_section
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def start_redis() -> tuple[subprocess.Popen[bytes], str]:
-    """A redis-server of this bench's own, without persistence: no other worker sees it."""
-    port = free_port()
-    server = subprocess.Popen(
-        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-         "--appendonly", "no", "--dir", str(SCRATCH)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        ping = subprocess.run(["redis-cli", "-p", str(port), "ping"], capture_output=True)
-        if ping.stdout.strip() == b"PONG":
-            return server, f"redis://127.0.0.1:{port}/0"
-        time.sleep(0.1)
-    raise SystemExit("redis-server did not start")
 
 
 def setup(tree: Path, broker: str, chunk: int) -> None:
@@ -188,7 +166,7 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=3600)
     args = parser.parse_args()
     tree, config = build_tree(args.copies)
-    redis, broker = start_redis()
+    redis, broker = start_redis(SCRATCH)
     try:
         setup(tree, broker, args.chunk)
         warm(tree)

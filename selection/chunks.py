@@ -84,14 +84,8 @@ def _step(run: SelectionRun, work: Work, report: Progress) -> list[int]:
 
 def _start(run: SelectionRun, backend: Backend, report: Progress) -> Work:
     """Step 1: inventory and stage 1; which files run under the capture."""
-    timings: dict[str, float] = {}
-    clock = time.monotonic()
-
-    def lap(stage: str) -> None:
-        nonlocal clock
-        timings[stage] = round(time.monotonic() - clock, 2)
-        clock = time.monotonic()
-
+    lap = pipeline.Laps()
+    timings = lap.seconds
     prepared = pipeline.prepare(backend, run, None, run.pytorch_sha or None, report, lap)
     groups = opindex.same_text(prepared.tree, prepared.coarse.included)
     return {

@@ -272,6 +272,19 @@ def _after_a_try(decision: Decision, seen: refine.Observed) -> int:
 # -- the main job --------------------------------------------------------------------------------
 
 
+class Laps:
+    """Wall time per stage: `lap(stage)` closes the stage that ran since the last call."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self.clock = time.monotonic()
+
+    def __call__(self, stage: str) -> None:
+        now = time.monotonic()
+        self.seconds[stage] = round(now - self.clock, 2)
+        self.clock = now
+
+
 def start_run(backend: Backend, kind: str, argument: str = "", user: Any = None) -> SelectionRun:
     return SelectionRun.objects.create(
         backend=backend, kind=kind, argument=argument, requested_by=user
@@ -368,14 +381,8 @@ def _select(
     classifier: proposers.Classifier | None,
     device: bool,
 ) -> dict[str, Any]:
-    timings: dict[str, float] = {}
-    clock = time.monotonic()
-
-    def lap(name: str) -> None:
-        nonlocal clock
-        timings[name] = round(time.monotonic() - clock, 2)
-        clock = time.monotonic()
-
+    lap = Laps()
+    timings = lap.seconds
     prepared = prepare(backend, run, tree_root, pytorch_sha, report, lap)
     tree = prepared.tree
     capture = opindex.capture(tree, prepared.coarse.included, progress=report)
