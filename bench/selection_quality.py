@@ -6,8 +6,9 @@
 With --file, the tree is a scratch copy holding only that file of $TORCH_ROOT's test/
 (and its conftest), so each real file is measured on its own; the targets are then
 issue 34's: precision 100 %, recall >= 95 %. Ground truth runs every device variant
-of the file; a file over --limit device variants is refused (sampling them is not
-written yet).
+of the file up to --limit (5,000); over it, a fixed random sample of --sample (2,000)
+variants drawn with --seed (34, printed), and the verification runs the decisions'
+variants within that sample: every figure is then over the sample.
 
 On the bundled upstream-style tree (or $TORCH_ROOT) with the reference device
 (its default operator set, the tree's planted faults, a fresh flaky counter),
@@ -34,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
 import shutil
 import sys
 import tempfile
@@ -56,6 +58,7 @@ import django  # noqa: E402
 
 django.setup()
 
+from crcr_reuse.outcomes import canonical  # noqa: E402
 from django.core.management import call_command  # noqa: E402
 
 from runs.models import Backend  # noqa: E402
@@ -67,9 +70,22 @@ from selection.progress import Bar  # noqa: E402
 Key = tuple[str, str, str]
 
 
-def device_outcomes(tree: Path, text: str, backend: Backend, caps, tag: str):
-    """Per generic test: (all variants passed, passed variant ids, run variant ids)."""
-    records = refine.run_on_device(tree, text, backend.device_module, caps, SCRATCH / tag)
+def device_ids(tree: Path, text: str, backend: Backend, caps, tag: str):
+    """The pytest process running `text` on the device, and the variant ids it selects."""
+    pytest = refine.device_pytest(tree, text, backend.device_module, caps, SCRATCH / tag)
+    ids, broken = refine.collect(pytest)
+    return pytest, [canonical(i) for i in ids], broken
+
+
+def device_outcomes(
+    tree: Path, text: str, backend: Backend, caps, tag: str, keep=None, collected=None
+):
+    """Per generic test: its variants' (node id, outcome, flaky); with `keep`, only the
+    variants in it run; `collected`: what `device_ids` already answered for `text`."""
+    pytest, ids, records = collected or device_ids(tree, text, backend, caps, tag)
+    ids = [i for i in ids if keep is None or i in keep]
+    if ids:
+        records += refine.run_ids(pytest, ids, SCRATCH / tag / "shard", progress=Bar())
     final: dict[str, refine.TestRecord] = {}
     for record in sorted(records, key=lambda r: r.attempt):
         final[record.node_id] = record
@@ -106,8 +122,10 @@ def main() -> int:
     parser.add_argument("--op", default="lgamma", help="the operator use case A enables")
     parser.add_argument("--file", help="measure this one file of $TORCH_ROOT/test alone")
     parser.add_argument(
-        "--limit", type=int, default=5000, help="most device variants the ground truth runs"
+        "--limit", type=int, default=5000, help="a file over this many device variants is sampled"
     )
+    parser.add_argument("--sample", type=int, default=2000, help="variants a sample holds")
+    parser.add_argument("--seed", type=int, default=34, help="the sample's random seed")
     parser.add_argument("--no-op", action="store_true", help="leave use case A out")
     args = parser.parse_args()
     started = time.monotonic()
@@ -142,20 +160,32 @@ def main() -> int:
     print(f"\npipeline: {len(decisions)} decisions in {sum(run.summary['seconds'].values()):.0f} s")
 
     files = sorted({key[0] for key in decisions} | set(run.summary["stage1"]["excluded"]))
-    variants = (run.summary.get("capture") or {}).get("variants", 0)
-    if variants > args.limit:
-        print(f"{variants} variants: over --limit {args.limit}; sampling is not written yet")
-        return 2
-    truth = device_outcomes(tree, configwriter.every_test(parent, files), backend, caps, "truth")
+    every_test = configwriter.every_test(parent, files)
+    collected = device_ids(tree, every_test, backend, caps, "truth")
+    every_id = collected[1]
+    keep = None
+    if len(every_id) > args.limit:
+        keep = set(random.Random(args.seed).sample(sorted(every_id), args.sample))
+        print(
+            f"ground truth: a fixed random sample of {len(keep)} of {len(every_id)} device "
+            f"variants (seed {args.seed}); every figure below is over it"
+        )
+    else:
+        print(f"ground truth: every one of the {len(every_id)} device variants")
+    truth = device_outcomes(tree, every_test, backend, caps, "truth", keep, collected)
     chosen = [
         configwriter.Decision(key[0], key[1], key[2], d["mode"], d["reason"], d["edits"])
         for key, d in decisions.items()
     ]
     verified = device_outcomes(
-        tree, configwriter.standalone(parent, chosen), backend, caps, "verify"
+        tree, configwriter.standalone(parent, chosen), backend, caps, "verify", keep
     )
 
     mandatory = [key for key, d in decisions.items() if d["mode"] == "mandatory_success"]
+    if keep is not None:  # a test none of whose variants was drawn is outside the sample
+        outside = [key for key in mandatory if key not in truth]
+        mandatory = [key for key in mandatory if key in truth]
+        print(f"{len(outside)} mandatory_success tests have no variant in the sample")
     good = [key for key in mandatory if passing(verified.get(key, []))]
     passes = [key for key, rows in truth.items() if passing(rows)]
     recalled = [key for key in passes if decisions.get(key, {}).get("mode") == "mandatory_success"]

@@ -96,8 +96,10 @@ def warm(tree: Path) -> None:
     probe_device("crcr_reuse.reference_device")
 
 
-def start_workers(count: int, folder: Path) -> list[subprocess.Popen[bytes]]:
-    """`count` solo-pool workers on both queues, returned once each says it is ready."""
+def start_workers(
+    count: int, folder: Path, queues: str = "default,device"
+) -> list[subprocess.Popen[bytes]]:
+    """`count` solo-pool workers on `queues`, returned once each says it is ready."""
     env = dict(os.environ)
     env.pop("DJANGO_SETTINGS_MODULE", None)
     workers, logs = [], []
@@ -106,7 +108,7 @@ def start_workers(count: int, folder: Path) -> list[subprocess.Popen[bytes]]:
         with log.open("wb") as output:
             workers.append(subprocess.Popen(
                 [sys.executable, "-m", "celery", "-A", "crcr_site", "worker", "--pool", "solo",
-                 "-Q", "default,device", "-n", f"bench-{number}-{os.getpid()}@%h",
+                 "-Q", queues, "-n", f"bench-{number}-{os.getpid()}@%h",
                  "--loglevel", "INFO"],
                 cwd=ROOT, env=env, stdout=output, stderr=subprocess.STDOUT,
                 start_new_session=True,

@@ -15,7 +15,10 @@ Steps:
    nothing in its progress log; stuck importing, collecting, loading the device, or
    between two tests) is killed and raises `ProcessSilent`: no test is to blame;
 3. each failure the caller wants retried is re-run alone in a fresh process up
-   to `max_attempts` in all: a pass then makes the test flaky;
+   to `max_attempts` in all: a pass then makes the test flaky (as PyTorch's own CI
+   retries); with `retry_together`, the failures of a round are re-run in one fresh
+   process instead (crashes in it pinned as in step 2): one process start a round, not
+   one a failure, for callers whose failures are mostly deterministic (stage 4);
 4. a process stopped by the device's health probe (`health_probe.POISONED_EXIT`) ends
    the shard's attempt at once (`DevicePoisoned`): it keeps only the outcomes the device
    vouched for (tests that did not fail, run before its last healthy probe); every other
@@ -101,6 +104,8 @@ class ShardSpec:
     # every other (the two never judge the same silence, so neither must exceed the other).
     quiet_timeout: float = 300
     max_attempts: int = 3
+    # Retry a round's failures in one process rather than each alone (step 3).
+    retry_together: bool = False
 
 
 class Executor:
@@ -113,15 +118,19 @@ class Executor:
 
     def run(self) -> list[TestRecord]:
         """Every attempt of every id; each id ends with exactly one final outcome."""
-        final = self._run_pinning_crashes([canonical(node_id) for node_id in self.spec.ids])
+        ids = [canonical(node_id) for node_id in self.spec.ids]
+        final = self._run_pinning_crashes(ids, self.firsts)
         attempts = list(final.values())
-        for record in list(final.values()):
-            if record.outcome in FAILING and self.should_retry(record):
-                attempts += self._retry(record)
+        retried = [r for r in final.values() if r.outcome in FAILING and self.should_retry(r)]
+        if self.spec.retry_together:
+            return attempts + self._retry_together([r.node_id for r in retried])
+        for record in retried:
+            attempts += self._retry(record)
         return attempts
 
-    def _run_pinning_crashes(self, ids: list[str]) -> dict[str, TestRecord]:
-        results = self.firsts
+    def _run_pinning_crashes(
+        self, ids: list[str], results: dict[str, TestRecord]
+    ) -> dict[str, TestRecord]:
         pending = ids
         while pending:
             process = self.run_pytest(pending, self.spec.timeout)
@@ -165,6 +174,20 @@ class Executor:
             attempts.append(record)
             if record.outcome not in FAILING:
                 break
+        return attempts
+
+    def _retry_together(self, failing: list[str]) -> list[TestRecord]:
+        """Rounds of one fresh process over the tests still failing, until they pass or
+        have had `max_attempts` in all."""
+        attempts: list[TestRecord] = []
+        for attempt in range(2, self.spec.max_attempts + 1):
+            if not failing:
+                break
+            round_ = self._run_pinning_crashes(failing, {})
+            for record in round_.values():
+                record.attempt = attempt
+            attempts += round_.values()
+            failing = [node_id for node_id, r in round_.items() if r.outcome in FAILING]
         return attempts
 
     def run_pytest(self, ids: Sequence[str], timeout: float) -> ProcessResult:

@@ -3,7 +3,7 @@
 Running goes through the normal shard machinery: the proposals become a config
 (`configwriter.standalone`), pytest collects it with the reuse plugin, and
 `runs.crash_pinning.Executor` runs the ids (crash pinning, hang watchdog, one retry
-of failures that are not deterministic). The results are grouped per generic
+of failures that are not deterministic, all of them in one fresh process). The results are grouped per generic
 test (the `crcr_test` property) and each proposal is corrected:
 - every variant passed: confirmed; a pass of an `xfail` (XPASS, strict or not)
   promotes it to `mandatory_success`; a pass only on retry makes it flaky;
@@ -121,7 +121,9 @@ def collect(pytest: PytestRun) -> tuple[list[str], list[TestRecord]]:
 def run_ids(
     pytest: PytestRun, ids: list[str], workdir: Path, progress: Progress | None = None
 ) -> list[TestRecord]:
-    """Run the ids (crash pinning, hang watchdog, one retry of a failure that may pass)."""
+    """Run the ids (crash pinning, hang watchdog, one retry of a failure that may pass).
+    The retries share one process: on real files hundreds of variants fail the same way
+    (a numerical mismatch, an assertion) and a process start costs ~10 s."""
     spec = ShardSpec(
         ids=ids,
         workdir=workdir,
@@ -129,6 +131,7 @@ def run_ids(
         timeout=3600,
         test_timeout=TEST_TIMEOUT,
         max_attempts=2,
+        retry_together=True,
     )
     with _Watcher(spec.workdir, len(ids), progress):
         return Executor(spec, should_retry).run()

@@ -13,9 +13,10 @@ its outcome and duration. How:
   `gradcheck` / `gradgradcheck` themselves (not by the function they check), count as
   helpers; for OpInfo tests only the ops of the declared OpInfo
   (`param_kwargs["op"]`) count as under test;
-- capture is also paused in most of a gradcheck / gradgradcheck that repeats
-  one the test already ran under capture (`repeated_checks`: module tests'
-  partial derivatives, most of their op calls);
+- capture is also paused in gradcheck's finite differences after an input's first
+  element, and in most of a gradcheck / gradgradcheck that repeats one the test
+  already ran under capture (`repeated_checks`: module tests' partial derivatives);
+  `CRCR_REUSE_CAPTURE_EVERY_CHECK=1` captures all of every check (to compare);
 - compiled tests (their code calls `torch.compile` / `_dynamo.optimize`) run
   without the mode, which would make compilation run eagerly: their operators
   are read from the post-grad and AOT graphs torch writes to `TORCH_LOGS_OUT`
@@ -43,6 +44,7 @@ from .names import test_names
 DEVICE_SUFFIX = re.compile(r"(CPU|CUDA|META|MPS|XPU|HPU|LAZY|PRIVATEUSE1|PRIVATEUSEONE)$")
 GRAPH_OP = re.compile(r"torch\.ops\.(\w+)\.(\w+)\.(\w+)")
 COMPILE_NAMES = frozenset({"compile", "optimize", "compile_fx"})
+EVERY_CHECK = "CRCR_REUSE_CAPTURE_EVERY_CHECK"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -176,7 +178,8 @@ class Capture:
 
         from torch.testing._internal import common_utils
 
-        repeated_checks.install(lambda: capture.recorder)
+        if os.environ.get(EVERY_CHECK) != "1":
+            repeated_checks.install(lambda: capture.recorder)
         for module in (torch.autograd, common_utils):
             for name in ("gradcheck", "gradgradcheck"):
                 if callable(getattr(module, name, None)):

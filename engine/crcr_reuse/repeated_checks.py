@@ -13,6 +13,12 @@ the capture paused:
 - the batched-grad checks' two plain backward passes;
 their vmap over the backward stays captured: which inputs are batched changes the
 batching rules' ops (an LSTM's partial check calls `bmm`, its total check does not).
+
+A first check's finite differences are captured once per kind of nudge and run paused
+for the rest: each nudge (one element in slow mode, one input in fast mode, torch's
+tests' default) evaluates the function under test twice on the same tensors nudged in
+place, calling the same ops as any other nudge of the same layout and dtype. A check
+of a module with many parameters or elements spends most of its op calls there.
 """
 
 from __future__ import annotations
@@ -39,6 +45,9 @@ SUBGRAPH_PARTS = (
 )
 # vmap as those parts call it: captured again inside a repeat (see above).
 BATCHING = ("vmap", "_vmap")
+# A check's finite differences (slow and fast mode), and one nudge within them.
+DIFFERENCES = ("_get_numerical_jacobian", "_get_numerical_vJu")
+NUDGE = "_compute_numerical_gradient"
 
 
 @dataclass(frozen=True)
@@ -129,6 +138,32 @@ def install(current: Callable[[], Any]) -> None:
 
         return wrapper
 
+    nudged: list[set[Any]] = []  # per check's finite differences: the nudges captured
+
+    def differences(part: Any) -> Any:
+        @functools.wraps(part)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            nudged.append(set())
+            try:
+                return part(*args, **kwargs)
+            finally:
+                nudged.pop()
+
+        return wrapper
+
+    def nudge(part: Any) -> Any:
+        @functools.wraps(part)
+        def wrapper(fn: Any, entry: Any, v: Any, *args: Any, **kwargs: Any) -> Any:
+            kind = (_kind(entry), _kind(v))
+            if recording() is None or not nudged or kind not in nudged[-1]:
+                if nudged:
+                    nudged[-1].add(kind)
+                return part(fn, entry, v, *args, **kwargs)
+            with _disable_current_modes():
+                return part(fn, entry, v, *args, **kwargs)
+
+        return wrapper
+
     def captured_in_repeat(transform: Any) -> Any:
         @functools.wraps(transform)
         def wrapper(fn: Any, *args: Any, **kwargs: Any) -> Any:
@@ -155,6 +190,11 @@ def install(current: Callable[[], Any]) -> None:
     for name in SUBGRAPH_PARTS:
         if hasattr(module, name):
             setattr(module, name, in_repeat_paused(getattr(module, name)))
+    for name in DIFFERENCES:
+        if hasattr(module, name):
+            setattr(module, name, differences(getattr(module, name)))
+    if hasattr(module, NUDGE):
+        setattr(module, NUDGE, nudge(getattr(module, NUDGE)))
     for name in BATCHING:
         if hasattr(module, name):
             setattr(module, name, captured_in_repeat(getattr(module, name)))
@@ -169,6 +209,11 @@ def _layout(value: Any) -> Any:
     except RuntimeError:  # sparse layouts have none
         strides = ()
     return (tuple(value.shape), strides, value.dtype, value.layout)
+
+
+def _kind(value: Any) -> Any:
+    """What a nudge's ops may hang on: the tensor's layout and dtype (not its values)."""
+    return (value.layout, value.dtype) if hasattr(value, "layout") else type(value)
 
 
 def _same(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:

@@ -38,6 +38,13 @@ PLANTED = textwrap.dedent(
             marker.write_text("failed once")
             assert False, "first run fails"
 
+    def test_fails_then_crashes():
+        marker = Path(os.environ["FLAKY_MARKER"] + ".crash")
+        if marker.exists():
+            os.abort()
+        marker.write_text("failed once")
+        assert False, "first run fails"
+
     def test_last():
         assert True
     """
@@ -52,7 +59,9 @@ def plain_pytest(tree: Path, env: dict[str, str], *args: str) -> PytestRun:
     )
 
 
-def run(tmp_path: Path, retry=lambda record: True, names=None) -> tuple[dict, list, Executor]:
+def run(
+    tmp_path: Path, retry=lambda record: True, names=None, **spec_fields
+) -> tuple[dict, list, Executor]:
     tree = tmp_path / "tree"
     tree.mkdir()
     (tree / "test_planted.py").write_text(PLANTED)
@@ -65,6 +74,7 @@ def run(tmp_path: Path, retry=lambda record: True, names=None) -> tuple[dict, li
         pytest=plain_pytest(tree, env),
         timeout=60,
         test_timeout=3,
+        **spec_fields,
     )
     executor = Executor(spec, should_retry=retry)
     attempts = executor.run()
@@ -103,6 +113,23 @@ def test_a_failure_is_retried_alone_and_a_pass_on_retry_shows_it_flaky(planted):
     assert by_test["test_flaky"] == ["failed", "passed"]
     assert by_test["test_fails"] == ["failed", "failed", "failed"]
     assert by_test["test_passes"] == ["passed"]
+
+
+def test_retried_together_a_rounds_failures_share_one_process_and_a_crash_is_pinned(tmp_path):
+    names = ["passes", "fails", "flaky", "fails_then_crashes", "last"]
+    final, attempts, executor = run(tmp_path, names=names, retry_together=True)
+    by_test: dict[str, list[tuple[int, str]]] = {}
+    for record in attempts:
+        name = record.node_id.split("::")[1].removeprefix("test_")
+        by_test.setdefault(name, []).append((record.attempt, record.outcome))
+    assert by_test["fails"] == [(1, "failed"), (2, "failed"), (3, "failed")]
+    assert by_test["flaky"] == [(1, "failed"), (2, "passed")]
+    assert by_test["fails_then_crashes"] == [(1, "failed"), (2, "crashed")]
+    assert "SIGABRT" in final["fails_then_crashes"].message
+    assert by_test["passes"] == [(1, "passed")]
+    # The first run, round 2 (it crashed), the crash alone, round 3: four processes where
+    # retrying each failure alone takes five.
+    assert executor.processes == 4
 
 
 def test_failures_the_caller_does_not_want_retried_run_once(tmp_path):

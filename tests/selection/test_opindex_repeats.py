@@ -51,3 +51,17 @@ def test_repeated_gradient_checks_are_indexed_with_the_ops_fresh_ones_call(tmp_p
     assert {"tanh_backward.default", "bmm.default"} <= set(repeated["helper_ops"])
     assert repeated["ops"] == fresh["ops"]
     assert repeated["helper_ops"] == fresh["helper_ops"]
+
+
+def test_the_paused_parts_of_gradient_checks_hide_no_operator(tmp_path, monkeypatch):
+    """Finite differences (paused after an input's first element) and repeats (mostly
+    paused) lose nothing, helpers included: the index holds exactly what capturing every
+    op of every check holds."""
+    tree = write_tree(tmp_path / "tree", {"test/test_grads.py": GRADS})
+    paused, _ = opindex.run_capture(tree, ["test/test_grads.py"], tmp_path / "paused")
+    monkeypatch.setenv("CRCR_REUSE_CAPTURE_EVERY_CHECK", "1")
+    monkeypatch.setenv("CRCR_TEST_ENV_PASSTHROUGH", "CRCR_REUSE_CAPTURE_EVERY_CHECK")
+    every, _ = opindex.run_capture(tree, ["test/test_grads.py"], tmp_path / "every")
+    ops = {line["test"]: (line["ops"], line["helper_ops"]) for line in paused}
+    assert ops == {line["test"]: (line["ops"], line["helper_ops"]) for line in every}
+    assert {"mm.default", "tanh.default"} <= set(ops["test_repeated"][0])
