@@ -122,6 +122,15 @@ def select(backend, name: str, timeout: float) -> tuple[float, str]:
         message=f"the selection's decisions on {name}, all approved",
     )  # fmt: skip
     modes = Counter(d.mode for d in decisions)
+    summary = run.summary
+    capture, stage4 = summary.get("capture") or {}, summary.get("stage4") or {}
+    laps = ", ".join(f"{stage} {took:.0f} s" for stage, took in summary["seconds"].items())
+    print(
+        f"selection: {summary['inventory'].get('tests')} generic tests inventoried; captured "
+        f"{capture.get('tests')} tests / {capture.get('variants')} variants; stage 4 ran "
+        f"{stage4.get('ran')} variants of {stage4.get('tests')} tests, corrected "
+        f"{stage4.get('corrected', 0)}; {run.chunks.count()} chunks; stages: {laps}"
+    )
     return seconds, ", ".join(f"{mode} {count}" for mode, count in sorted(modes.items()))
 
 

@@ -373,6 +373,12 @@ def ops_of(keys: Iterable[Key]) -> dict[Key, dict[str, dict[str, bool]]]:
     return out
 
 
+def captured_keys(files: Iterable[str]) -> set[Key]:
+    """The generic tests the index holds for the files."""
+    rows = CapturedTest.objects.filter(file_path__in=list(files))
+    return set(rows.values_list("file_path", "class_name", "test_name"))
+
+
 def tests_using(packet: str) -> list[Key]:
     """Tests whose recorded calls include any overload of the operator `packet`."""
     rows = (

@@ -77,7 +77,11 @@ def current_config(backend: Backend) -> str:
 
 
 def evidence_for(snapshot: InventorySnapshot, keys: Iterable[Key]) -> dict[Key, proposers.Evidence]:
-    """Everything stage 3 needs per test: the inventory row, the capture, the op index."""
+    """Everything stage 3 needs per test: the inventory row, the capture, the op index.
+
+    A test the capture saw that the source scan cannot (a method a file adds to its class
+    with `setattr` when imported, as test_torch.py's `add_neg_dim_tests` does) stands on
+    its capture alone, device-generic as its class's other tests are."""
     wanted = set(keys)
     files = {key[0] for key in wanted}
     tests = UpstreamTest.objects.filter(
@@ -89,28 +93,42 @@ def evidence_for(snapshot: InventorySnapshot, keys: Iterable[Key]) -> dict[Key, 
     }
     ops = opindex.ops_of(wanted)
     out: dict[Key, proposers.Evidence] = {}
+    generic_classes: dict[tuple[str, str], bool] = {}
     for test in tests:
         key = test.key
-        if key not in wanted:
-            continue
-        seen = captured.get(key)
-        out[key] = proposers.Evidence(
-            key=key,
-            device_generic=test.device_generic,
-            restrictions=list(test.device_restrictions),
-            summary=test.summary,
-            captured=seen is not None and not seen.uncaptured,
-            variants=seen.variants if seen else 0,
-            passed=seen.passed if seen else 0,
-            failed=seen.failed if seen else 0,
-            skipped=seen.skipped if seen else 0,
-            first_failure=seen.first_failure if seen else "",
-            opinfos=list(seen.opinfos) if seen else list(test.ops),
-            dtypes=list(seen.dtypes) if seen and seen.dtypes else list(test.dtypes),
-            modules=list(seen.modules) if seen else list(test.modules),
-            ops=ops.get(key, {}),
-        )
+        generic_classes[key[:2]] = test.device_generic
+        if key in wanted:
+            out[key] = _evidence(key, captured.get(key), ops, test)
+    for key in sorted(wanted - out.keys()):
+        if key in captured:
+            out[key] = _evidence(key, captured[key], ops, generic=generic_classes.get(key[:2]))
     return out
+
+
+def _evidence(
+    key: Key,
+    seen: CapturedTest | None,
+    ops: dict[Key, dict[str, dict[str, bool]]],
+    test: UpstreamTest | None = None,
+    generic: bool | None = None,
+) -> proposers.Evidence:
+    """One test's evidence from its inventory row (if the source has it) and its capture."""
+    return proposers.Evidence(
+        key=key,
+        device_generic=test.device_generic if test else generic is not False,
+        restrictions=list(test.device_restrictions) if test else [],
+        summary=test.summary if test else "added to its class when the file is imported",
+        captured=seen is not None and not seen.uncaptured,
+        variants=seen.variants if seen else 0,
+        passed=seen.passed if seen else 0,
+        failed=seen.failed if seen else 0,
+        skipped=seen.skipped if seen else 0,
+        first_failure=seen.first_failure if seen else "",
+        opinfos=list(seen.opinfos) if seen else list(test.ops) if test else [],
+        dtypes=list(seen.dtypes) if seen and seen.dtypes else list(test.dtypes) if test else [],
+        modules=list(seen.modules) if seen else list(test.modules) if test else [],
+        ops=ops.get(key, {}),
+    )
 
 
 # -- stages ---------------------------------------------------------------------------------------
@@ -363,6 +381,7 @@ def classify(
     capabilities = for_backend(parent, backend.device_module)
     included = set(coarse.included)
     keys = [k for k in prepared.snapshot.test_hashes() if k[0] in included]
+    keys += sorted(opindex.captured_keys(included) - set(keys))  # added at import time
     evidence = evidence_for(prepared.snapshot, [k for k in keys if k not in coarse.excluded_tests])
     decisions = stage3(evidence, capabilities, classifier, report)
     for key, reason in coarse.excluded_tests.items():

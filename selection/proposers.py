@@ -143,8 +143,9 @@ def _restricted(evidence: Evidence, caps: Capabilities, facts: dict[str, Any]) -
             return Verdict("skip", f"upstream instantiates it only for {value}")
         if option == "except_for" and names & set(DEVICE_NAMES):
             return Verdict("skip", "upstream instantiates it for every device except privateuse1")
-        if restriction == "deviceCountAtLeast":
-            return Verdict("skip", "needs several devices (@deviceCountAtLeast)")
+        # @deviceCountAtLeast(1) runs on one device (it gets a list of devices).
+        if option == "deviceCountAtLeast" and value != "1":
+            return Verdict("skip", f"needs {value or 'several'} devices (@deviceCountAtLeast)")
     return None
 
 

@@ -198,8 +198,11 @@ class _Reader:
         generic = instantiation.get("kind") == "instantiate_device_type_tests"
         decorators = [self._src(d) for d in cls.decorator_list + fn.decorator_list]
         decorators = [d for d in decorators if not d.startswith("instantiate_parametrized_tests")]
-        names = [_call_name(d) for d in cls.decorator_list + fn.decorator_list]
-        restrictions = [n for n in names if n in RESTRICTIONS]
+        restrictions = [
+            _restriction(d)
+            for d in cls.decorator_list + fn.decorator_list
+            if _call_name(d) in RESTRICTIONS
+        ]
         for option in ("only_for", "except_for"):
             if option in instantiation:
                 restrictions.append(f"{option}={_plain(instantiation[option])}")
@@ -438,6 +441,16 @@ def _call_name(node: ast.AST) -> str:
     if isinstance(node, ast.Name):
         return node.id
     return ""
+
+
+def _restriction(node: ast.AST) -> str:
+    """A restricting decorator's name; `deviceCountAtLeast=N` with its device count."""
+    name = _call_name(node)
+    if name == "deviceCountAtLeast" and isinstance(node, ast.Call) and node.args:
+        count = node.args[0]
+        if isinstance(count, ast.Constant) and isinstance(count.value, int):
+            return f"{name}={count.value}"
+    return name
 
 
 def _looks_like_name(text: str) -> bool:

@@ -72,6 +72,31 @@ def test_a_test_records_its_decorators_restrictions_spans_and_summary():
     assert parsed.summary.startswith("OpInfo tests over a slice of op_db.")
 
 
+DEVICES_FILE = """from torch.testing._internal.common_device_type import deviceCountAtLeast, instantiate_device_type_tests
+from torch.testing._internal.common_utils import TestCase
+
+
+class TestDevices(TestCase):
+    @deviceCountAtLeast(2)
+    def test_two(self, devices):
+        pass
+
+    @deviceCountAtLeast(1)
+    def test_one_or_more(self, devices):
+        pass
+
+
+instantiate_device_type_tests(TestDevices, globals())
+"""
+
+
+def test_a_device_count_restriction_keeps_its_count():
+    """@deviceCountAtLeast(1) runs on one device: the count tells stage 3 which need two."""
+    tests = {t.test_name: t for t in parse_file("f", DEVICES_FILE.encode()).tests}
+    assert tests["test_two"].device_restrictions == ["deviceCountAtLeast=2"]
+    assert tests["test_one_or_more"].device_restrictions == ["deviceCountAtLeast=1"]
+
+
 def test_the_content_hash_follows_what_a_test_parametrizes_over_not_its_comments():
     base = {t.test_name: t.content_hash for t in parse_file("f", OPS_FILE.encode()).tests}
     commented = OPS_FILE.replace("        _helper(op)", "        _helper(op)  # a comment")

@@ -269,6 +269,45 @@ def test_an_operator_only_gradcheck_calls_is_tried_on_the_device(tmp_path):
     assert "linalg_vector_norm" in on_device.reason
 
 
+GENERATED = '''"""Tests a file adds to its class when imported, as test_torch.py's add_neg_dim_tests."""
+import torch
+from torch.testing._internal.common_utils import TestCase
+
+
+class TestNegDim(TestCase):
+    def test_written(self):
+        self.assertEqual(torch.ones(2, 3).sum(-1), torch.full((2,), 3.0))
+
+
+def make_neg_dim_test(name):
+    def neg_dim_test(self):
+        x = torch.ones(4, 5)
+        self.assertEqual(getattr(x, name)(-1), getattr(x, name)(1))
+
+    return neg_dim_test
+
+
+for name in ("sum", "cumsum"):
+    setattr(TestNegDim, f"test_{name}_neg_dim", make_neg_dim_test(name))
+'''
+
+
+@pytest.mark.django_db
+def test_a_test_added_to_its_class_at_import_is_proposed_from_its_capture(tmp_path):
+    """Found on test_torch.py: 37 `*_neg_dim` tests are set on TestTorch when the file is
+    imported; the source scan cannot see them, so they got no proposal at all."""
+    tree = write_tree(tmp_path, {"test/test_generated.py": GENERATED})
+    backend = make_backend("reference", extension_points=["eager"])
+    make_config(backend, "test_suite_config:\n  files: []\n")
+    run = pipeline.run_for_backend(backend, tree, "4" * 40, device=False)
+    assert run.status == SelectionRun.Status.DONE, run.error
+    proposals = {p.test_name: p for p in Proposal.objects.filter(backend=backend)}
+    assert set(proposals) == {"test_written", "test_sum_neg_dim", "test_cumsum_neg_dim"}
+    generated = proposals["test_cumsum_neg_dim"]
+    assert (generated.class_name, generated.mode) == ("TestNegDim", "mandatory_success")
+    assert "host CPU" in generated.reason  # a plain test, like the class's written one
+
+
 @pytest.mark.django_db
 def test_an_upgrade_classifies_only_what_changed(tmp_path):
     tree = write_tree(tmp_path / "old", {"test/test_tiny.py": TINY})

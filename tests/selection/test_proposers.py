@@ -43,6 +43,13 @@ def test_a_device_restriction_that_excludes_the_backend_means_skip():
     assert classify(restrictions=["onlyNativeDeviceTypes"]).mode == "mandatory_success"
 
 
+def test_a_test_needing_two_devices_is_skipped_one_that_works_with_one_is_not():
+    """Found on test_torch.py: @deviceCountAtLeast(1) tests pass on one device."""
+    two = classify(restrictions=["deviceCountAtLeast=2"])
+    assert two.mode == "skip" and two.reason == "needs 2 devices (@deviceCountAtLeast)"
+    assert classify(restrictions=["deviceCountAtLeast=1"]).mode == "mandatory_success"
+
+
 def test_an_unsupported_op_means_skip_naming_it_and_helpers_are_named_as_such():
     verdict = classify(ops={"": {"lgamma.default": False, "empty.memory_format": True}})
     assert verdict.mode == "skip"
