@@ -191,6 +191,10 @@ def report(runs: list) -> None:
             "  results: "
             + ", ".join(f"{outcome} {count}" for outcome, count in sorted(outcomes.items()))
         )
+        failing = TestResult.objects.filter(shard__run=run, outcome__in=TestResult.FAILING)
+        for result in failing.order_by("node_id")[:10]:
+            first = (result.message or "").strip().splitlines()[:1]
+            print(f"    {result.outcome}: {result.node_id}: {first[0][:160] if first else ''}")
         callbacks = Counter(run.callbacks.values_list("status", flat=True))
         delivered = callbacks.get(RelayCallback.Status.DELIVERED, 0)
         print(

@@ -65,6 +65,15 @@ def execute(chunk_id: int) -> SelectionChunk | None:
     return chunk
 
 
+def _file_tests(chunk: SelectionChunk) -> list[opindex.Key]:
+    """Every generic test the capture chunks of the chunk's file list."""
+    siblings = SelectionChunk.objects.filter(
+        run=chunk.run_id, phase=chunk.phase, file_path=chunk.file_path
+    )
+    names = [test for tests in siblings.values_list("tests", flat=True) for test in tests]
+    return [(path, cls, name) for path, cls, name in (test.split("::") for test in names)]
+
+
 def _capture(
     chunk: SelectionChunk, work: dict[str, Any], kept: Results, folder: Path
 ) -> tuple[Results, bool, int]:
@@ -82,9 +91,11 @@ def _capture(
     if not whole and not left:
         return [], False, 0
     tree = Path(work["tree"])
-    # A file that is one chunk runs whole, as the one-process capture runs it.
+    # A file that is one chunk runs whole, as the one-process capture runs it; of a file
+    # cut in several, the first chunk also runs the tests its inventory does not list.
     only = None if whole else [(path, cls, name) for path, cls, name in left]
-    lines, result = opindex.run_capture(tree, [chunk.file_path], folder, only=only)
+    known = _file_tests(chunk) if only is not None and chunk.ordinal == 0 else None
+    lines, result = opindex.run_capture(tree, [chunk.file_path], folder, only=only, known=known)
     return lines, bool(result.lost_files), result.processes
 
 

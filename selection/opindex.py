@@ -100,13 +100,14 @@ def run_capture(
     progress: Progress | None = None,
     timeout: float = 3600,
     only: Sequence[Key] | None = None,
+    known: Sequence[Key] | None = None,
 ) -> tuple[list[dict[str, Any]], CaptureResult]:
-    """Run the files under the capture; every line the plugin wrote, and what it cost."""
+    """Run the files under the capture (`only`: those tests; `known`: with `only`, the
+    tests the inventory lists, a test none of them names running too); every line the
+    plugin wrote, and what it cost."""
     workdir.mkdir(parents=True, exist_ok=True)
-    keys = None
-    if only is not None:
-        keys = workdir / "keys.txt"
-        keys.write_text("".join(f"{'::'.join(key)}\n" for key in only))
+    keys = _key_file(workdir / "keys.txt", only)
+    known_file = _key_file(workdir / "known.txt", known if only is not None else None)
     result = CaptureResult()
     out = workdir / "capture.jsonl"
     out.unlink(missing_ok=True)
@@ -116,7 +117,7 @@ def run_capture(
         tree,
         configs=[config] if config else [],
         rootdir=tree,
-        capture=OperatorCapture(out, tree, keys),
+        capture=OperatorCapture(out, tree, keys, known_file),
         test_timeout=TEST_TIMEOUT if config else None,
         extra_args=["-o", "addopts="],
     )
@@ -328,6 +329,13 @@ def capture(
         folder = workdir or Path(scratch)
         lines, result = run_capture(tree, list(groups), folder, device_module, progress, only=only)
     return record(lines, result, files, groups, device_module, whole=only is None)
+
+
+def _key_file(path: Path, keys: Sequence[Key] | None) -> Path | None:
+    if keys is None:
+        return None
+    path.write_text("".join(f"{'::'.join(key)}\n" for key in keys))
+    return path
 
 
 def record(

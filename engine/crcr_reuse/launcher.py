@@ -209,6 +209,9 @@ class OperatorCapture:
     out: Path
     root: Path
     keys: Path | None = None
+    # With `keys`: the generic tests the source lists; a test none of them names (added
+    # to its class at import) runs as well.
+    known: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -292,6 +295,8 @@ class PytestRun:
             command.append(f"--opcapture-root={self.capture.root}")
             if self.capture.keys is not None:
                 command.append(f"--opcapture-keys={self.capture.keys}")
+            if self.capture.known is not None:
+                command.append(f"--opcapture-known={self.capture.known}")
         command += [f"--junitxml={self.junit}"] if self.junit else []
         command += self.reuse_args()
         command += [f"--reuse-json={self.json_report}"] if self.json_report else []

@@ -56,6 +56,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="run only these generic tests (lines file::Class::test); others are deselected",
     )
     group.addoption(
+        "--opcapture-known",
+        metavar="FILE",
+        help="with --opcapture-keys: tests none of these lines names run as well "
+        "(tests a file adds to its classes at import, which no source scan lists)",
+    )
+    group.addoption(
         "--opcapture-root",
         metavar="DIR",
         help="paths in the output are relative to this folder (default: the rootdir)",
@@ -68,7 +74,11 @@ def pytest_configure(config: pytest.Config) -> None:
         root = config.getoption("--opcapture-root") or str(config.rootpath)
         keys = config.getoption("--opcapture-keys")
         wanted = set(Path(keys).read_text().split()) if keys else None
-        config.pluginmanager.register(Capture(Path(out), Path(root), wanted), "crcr-opcapture")
+        known_file = config.getoption("--opcapture-known")
+        known = set(Path(known_file).read_text().split()) if known_file else None
+        config.pluginmanager.register(
+            Capture(Path(out), Path(root), wanted, known), "crcr-opcapture"
+        )
 
 
 def op_name(op: Any) -> str:
@@ -88,8 +98,10 @@ def graph_ops(text: str) -> set[str]:
 
 
 class Capture:
-    def __init__(self, out: Path, root: Path, wanted: set[str] | None = None) -> None:
-        self.wanted = wanted
+    def __init__(
+        self, out: Path, root: Path, wanted: set[str] | None = None, known: set[str] | None = None
+    ) -> None:
+        self.wanted, self.known = wanted, known
         out.parent.mkdir(parents=True, exist_ok=True)
         # Line-buffered: what a crashed process recorded before it died is kept.
         self.stream = open(out, "a", buffering=1, encoding="utf-8")  # noqa: SIM115
@@ -205,7 +217,8 @@ class Capture:
         for item in items:
             entry = self._describe(item)
             key = f"{entry['file']}::{entry['class']}::{entry['test']}"
-            (kept if key in self.wanted else dropped).append(item)
+            unknown = self.known is not None and key not in self.known
+            (kept if key in self.wanted or unknown else dropped).append(item)
         if dropped:
             config.hook.pytest_deselected(items=dropped)
             items[:] = kept

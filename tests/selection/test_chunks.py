@@ -25,6 +25,17 @@ def one_file(root: Path) -> tuple[Path, str]:
     for name in FILES:
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(BUNDLED / name, root / name)
+    # A test the file adds to its class when imported (as test_torch.py does): no source
+    # scan lists it, so the chunk that runs it is the one told which tests are listed.
+    copy = root / "test" / "test_dtypes_reuse.py"
+    copy.write_text(copy.read_text().replace(
+        "instantiate_device_type_tests(TestTensorBasics",
+        "def _make():\n    def test_added_at_import(self, device):\n"
+        "        self.assertEqual(torch.ones(2, device=device).sum().item(), 2.0)\n\n"
+        "    return test_added_at_import\n\n\n"
+        'setattr(TestTensorBasics, "test_added_at_import", _make())\n'
+        "instantiate_device_type_tests(TestTensorBasics",
+    ))  # fmt: skip
     config = (BUNDLED / "crcr-config.yaml").read_text()
     head, _, rest = config.partition("    - path: test/test_ops_reuse.py")
     _, _, rest = rest.partition("    - path: test/test_dtypes_reuse.py")
@@ -76,6 +87,8 @@ def test_a_run_spread_in_chunks_over_a_worker_proposes_what_one_process_does(
     assert one_process.status == SelectionRun.Status.DONE, one_process.error
 
     assert decided(spread) and decided(spread) == decided(alone)
+    added = ("test/test_dtypes_reuse.py", "TestTensorBasics", "test_added_at_import")
+    assert added in {row[:3] for row in decided(spread)}
     assert run.summary["stage4"]["corrected"] == one_process.summary["stage4"]["corrected"]
     chunks = SelectionChunk.objects.filter(run=run)
     split = chunks.filter(phase="capture", ordinal__gt=0)
