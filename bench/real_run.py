@@ -171,6 +171,7 @@ def delivered(runs: list, timeout: float = 300) -> float:
 
 def report(runs: list) -> None:
     from runs.models import RelayCallback, TestResult
+    from runs.triage import error_line
 
     for run in runs:
         shards = list(run.shards.order_by("index"))
@@ -193,8 +194,7 @@ def report(runs: list) -> None:
         )
         failing = TestResult.objects.filter(shard__run=run, outcome__in=TestResult.FAILING)
         for result in failing.order_by("node_id")[:10]:
-            first = (result.message or "").strip().splitlines()[:1]
-            print(f"    {result.outcome}: {result.node_id}: {first[0][:160] if first else ''}")
+            print(f"    {result.outcome}: {result.node_id}: {error_line(result.message)[:160]}")
         callbacks = Counter(run.callbacks.values_list("status", flat=True))
         delivered = callbacks.get(RelayCallback.Status.DELIVERED, 0)
         print(

@@ -11,6 +11,7 @@ A later attempt of a run (`runs.attempts`) skips 1-3: it takes its previous atte
 failed shards as they were.
 """
 
+import tempfile
 from dataclasses import replace
 from pathlib import Path
 
@@ -54,11 +55,27 @@ def environment_for(
 ) -> TestEnvironment:
     """The interpreter and variables every pytest process of the run gets: the
     combination's environment (`environments.prepared`), else this worker's own."""
-    # The run's own temporary files, apart from other runs'.
     return TestEnvironment.for_device(
         run.backend.device_module, tree, python=built.python if built else None,
-        tmpdir=workdir_for(run) / "tmp",
+        tmpdir=tmpdir_for(run),
     )  # fmt: skip
+
+
+# A Unix socket's path holds at most 107 bytes, and Python's multiprocessing puts its
+# listeners (torch.multiprocessing's shared tensors, DataLoader workers) at
+# $TMPDIR/pymp-XXXXXXXX/listener-XXXXXXXX: a TMPDIR longer than this breaks such tests.
+SOCKET_TMPDIR_ROOM = 107 - len("/pymp-xxxxxxxx/listener-xxxxxxxx")
+
+
+def tmpdir_for(run: Run) -> Path:
+    """The run's own temporary folder, apart from other runs': in its work folder, or,
+    where that path leaves a Unix socket no room, a short one in the system's."""
+    path = workdir_for(run) / "tmp"
+    if len(str(path)) > SOCKET_TMPDIR_ROOM:
+        path = Path(tempfile.gettempdir()) / f"crcr-{run.uuid.hex[:16]}"
+        if len(str(path)) > SOCKET_TMPDIR_ROOM:
+            path = Path("/tmp") / f"crcr-{run.uuid.hex[:16]}"
+    return path
 
 
 def write_config(run: Run) -> Path:
