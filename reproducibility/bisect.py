@@ -232,7 +232,9 @@ def test_commit(bisection: Bisection, index: int) -> dict[str, Any]:
     tree = tree_at(sha)
     run = bisection.bad_run
     workdir = workfiles.work_root() / "bisections" / str(bisection.uuid) / sha
-    (workdir / "tmp").mkdir(parents=True, exist_ok=True)
+    workdir.mkdir(parents=True, exist_ok=True)
+    tmpdir = planning.socket_safe(workdir / "tmp", f"{bisection.uuid.hex[:8]}-{sha[:12]}")
+    tmpdir.mkdir(parents=True, exist_ok=True)
     config = workdir / "config.yaml"
     config.write_text(config_text(run))
     wheels, built_now = artifacts_at(bisection, sha, workdir)
@@ -242,7 +244,7 @@ def test_commit(bisection: Bisection, index: int) -> dict[str, Any]:
             environment = planning.environment_for(run, tree, built)
             spec = ShardSpec(
                 ids=bisection.test_ids, workdir=workdir,
-                pytest=PytestRun(environment.with_variables(TMPDIR=str(workdir / "tmp")),
+                pytest=PytestRun(environment.with_variables(TMPDIR=str(tmpdir)),
                                  tree, configs=[config]),
                 timeout=settings.CRCR_SHARD_TIMEOUT, test_timeout=settings.CRCR_TEST_TIMEOUT,
                 quiet_timeout=settings.CRCR_QUIET_TIMEOUT, max_attempts=1,

@@ -38,6 +38,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent
 MANIFEST = "manifest.json"
 WORK = "work"  # re-runs write here; not part of the bundle
+# Multiprocessing's sockets go to $TMPDIR/pymp-XXXXXXXX/listener-XXXXXXXX, 107 bytes at most.
+SOCKET_TMPDIR_ROOM = 107 - len("/pymp-xxxxxxxx/listener-xxxxxxxx")
 PASSING = ("passed", "xfailed", "xpassed")
 FAILING = ("failed", "error", "crashed", "timed_out")
 OUTCOME_CATEGORY = {"crashed": "crash", "timed_out": "timeout"}
@@ -322,8 +325,12 @@ def rerun(args: argparse.Namespace, meta: dict[str, Any]) -> int:
     tree = resolve_tree(ROOT, meta, args.torch_root)
     ids = choose_ids(meta, args)
     work = ROOT / WORK / time.strftime("%Y%m%d-%H%M%S")
-    (work / "tmp").mkdir(parents=True, exist_ok=True)
-    env = run_env(meta, tree, work / "tmp")
+    work.mkdir(parents=True, exist_ok=True)
+    tmp = work / "tmp"
+    if len(str(tmp)) > SOCKET_TMPDIR_ROOM:  # as crcr's runs do (runs/planning.py)
+        tmp = Path(tempfile.mkdtemp(prefix="crcr-"))
+    tmp.mkdir(parents=True, exist_ok=True)
+    env = run_env(meta, tree, tmp)
     plugin = crcr_setup(python, meta, env)
     sys.path[:0] = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     timeout = args.timeout or float(meta.get("command", {}).get("shard_timeout") or 3600)

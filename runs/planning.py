@@ -68,14 +68,17 @@ SOCKET_TMPDIR_ROOM = 107 - len("/pymp-xxxxxxxx/listener-xxxxxxxx")
 
 
 def tmpdir_for(run: Run) -> Path:
-    """The run's own temporary folder, apart from other runs': in its work folder, or,
-    where that path leaves a Unix socket no room, a short one in the system's."""
-    path = workdir_for(run) / "tmp"
-    if len(str(path)) > SOCKET_TMPDIR_ROOM:
-        path = Path(tempfile.gettempdir()) / f"crcr-{run.uuid.hex[:16]}"
-        if len(str(path)) > SOCKET_TMPDIR_ROOM:
-            path = Path("/tmp") / f"crcr-{run.uuid.hex[:16]}"
-    return path
+    """The run's own temporary folder, apart from other runs'."""
+    return socket_safe(workdir_for(run) / "tmp", run.uuid.hex[:16])
+
+
+def socket_safe(path: Path, tag: str) -> Path:
+    """`path` for a TMPDIR, or, where it leaves a Unix socket no room, a short folder of
+    the system's named after `tag` (unique to its user: a run, a bisected commit)."""
+    for candidate in (path, Path(tempfile.gettempdir()) / f"crcr-{tag}"):
+        if len(str(candidate)) <= SOCKET_TMPDIR_ROOM:
+            return candidate
+    return Path("/tmp") / f"crcr-{tag}"
 
 
 def write_config(run: Run) -> Path:
