@@ -20,6 +20,8 @@ A step whose worker died is taken over by the lease sweep, like a chunk (`tasks`
 from __future__ import annotations
 
 import dataclasses
+import functools
+import importlib
 import tempfile
 import time
 from collections import defaultdict
@@ -101,14 +103,41 @@ def _capture_chunks(run: SelectionRun, work: Work) -> list[SelectionChunk]:
     tests = UpstreamTest.objects.filter(file__snapshot=snapshot, file__path__in=work["groups"])
     per_file: dict[str, list[tuple[str, int]]] = defaultdict(list)
     for test in tests.select_related("file").order_by("file__path", "line", "pk"):
-        variants = max(1, len(test.ops)) * max(1, len(test.modules)) * max(1, len(test.dtypes))
-        per_file[test.file.path].append(("::".join(test.key), variants))
+        per_file[test.file.path].append(("::".join(test.key), estimate(test)))
     chunks = []
     for path in work["groups"]:
         # A file the inventory found no test in still runs: the capture may see some.
         for ordinal, part in enumerate(_cut(per_file[path]) or [[]]):
             chunks.append(_chunk(run, SelectionChunk.Phase.CAPTURE, path, ordinal, part))
     return chunks
+
+
+def estimate(test: UpstreamTest) -> int:
+    """The variants a generic test generates, from its source: OpInfos × modules × dtypes,
+    a database the decorator names (`@modules(module_db)`, `@ops(binary_ufuncs)`: the
+    source holds the name, not the entries) counting its entries."""
+    ops, modules = (sum(_entries(name) for name in names) for names in (test.ops, test.modules))
+    return max(1, ops) * max(1, modules) * max(1, len(test.dtypes))
+
+
+# Where torch keeps the OpInfo and ModuleInfo lists tests name (op_db, unary_ufuncs,
+# module_db, ...).
+DATABASES = (
+    "torch.testing._internal.common_methods_invocations",
+    "torch.testing._internal.common_modules",
+)
+
+
+@functools.cache
+def _entries(name: str) -> int:
+    """How many entries a name stands for: a torch database's length, else one."""
+    if not name.endswith(("_db", "ufuncs", "_ops", "_refs")):
+        return 1
+    for module in DATABASES:
+        found = getattr(importlib.import_module(module), name, None)
+        if isinstance(found, (list, tuple)):
+            return len(found)
+    return 1
 
 
 def _cut(tests: list[tuple[str, int]]) -> list[list[str]]:

@@ -129,3 +129,16 @@ def test_the_run_page_shows_each_files_chunks_and_tests_done(client, db):
         assert "test/test_plain_reuse.py" in text and "0/6" in text
         assert "operator capture" in text and "2/2" in text
         assert "{" not in text.split("<table", 1)[1].split("</table>", 1)[0]  # no raw JSON
+
+
+def test_a_test_over_a_named_database_is_sized_by_its_entries():
+    """Found on test_modules.py: `@modules(module_db)` leaves the inventory the name, not
+    the ~200 modules, so the whole file made one chunk and a second worker sat idle."""
+    from torch.testing._internal.common_modules import module_db
+
+    from selection.chunks import estimate
+    from selection.models import UpstreamTest
+
+    over_modules = UpstreamTest(modules=["module_db"], ops=[], dtypes=[])
+    assert estimate(over_modules) == len(module_db) > 100
+    assert estimate(UpstreamTest(ops=["add", "sub"], modules=[], dtypes=["float32"])) == 2
