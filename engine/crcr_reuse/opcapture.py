@@ -13,8 +13,8 @@ its outcome and duration. How:
   `gradcheck` / `gradgradcheck` themselves (not by the function they check), count as
   helpers; for OpInfo tests only the ops of the declared OpInfo
   (`param_kwargs["op"]`) count as under test;
-- capture is also paused in gradcheck's finite differences after an input's first
-  element, and in most of a gradcheck / gradgradcheck that repeats one the test
+- capture is also paused in gradcheck's finite differences after the first nudge of
+  each kind, and in most of a gradcheck / gradgradcheck that repeats one the test
   already ran under capture (`repeated_checks`: module tests' partial derivatives);
   `CRCR_REUSE_CAPTURE_EVERY_CHECK=1` captures all of every check (to compare);
 - compiled tests (their code calls `torch.compile` / `_dynamo.optimize`) run
