@@ -21,7 +21,9 @@ its outcome and duration. How:
   without the mode, which would make compilation run eagerly: their operators
   are read from the post-grad and AOT graphs torch writes to `TORCH_LOGS_OUT`
   (the runner sets `TORCH_LOGS=post_grad_graphs,aot_graphs`);
-- lazy-tensor tests run without capture (the mode breaks them), marked so.
+- lazy-tensor tests run without capture (the mode breaks them), marked so;
+- torch's `extract_test_fn` is replaced by the reuse plugin's stand-in
+  (`torch_harness`), as in a device run: same answers, no source read per frame.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from typing import Any
 
 import pytest
 
-from . import repeated_checks
+from . import repeated_checks, torch_harness
 from .names import test_names
 
 DEVICE_SUFFIX = re.compile(r"(CPU|CUDA|META|MPS|XPU|HPU|LAZY|PRIVATEUSE1|PRIVATEUSEONE)$")
@@ -206,6 +208,10 @@ class Capture:
                 setattr(module, "make_tensor", wrapped_make_tensor)  # noqa: B010
 
     # -- per test -------------------------------------------------------------------
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        # torch's stack walk costs an OpInfo test most of its time, captured or not.
+        torch_harness.install()
 
     def pytest_collection_modifyitems(
         self, config: pytest.Config, items: list[pytest.Item]

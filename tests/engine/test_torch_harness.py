@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 from .conftest import clean_env, run_python
 
@@ -51,3 +53,45 @@ def test_the_stand_in_finds_the_running_test_and_torch_still_names_the_failing_s
     assert seen["found"] == [True, True, True]
     assert seen["tracked"] == [1, 20]
     assert seen["outside a test"] == [None, None]
+
+
+CAPTURED = """
+import json, os
+from torch.testing._internal.common_utils import TestCase, run_tests
+from torch.testing._internal import common_utils
+from torch.testing._internal.opinfo import core
+
+
+class TestWhichStackWalk(TestCase):
+    def test_records_it(self):
+        with open(os.environ["SEEN"], "w") as out:
+            json.dump([common_utils.extract_test_fn.__module__, core.extract_test_fn.__module__,
+                       common_utils.extract_test_fn() is not None], out)
+"""
+
+
+def test_the_operator_capture_walks_the_stack_as_cheaply_as_a_device_run(tmp_path):
+    (tmp_path / "test_walk.py").write_text(CAPTURED)
+    seen = tmp_path / "seen.json"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "crcr_reuse.opcapture",
+            f"--opcapture-out={tmp_path / 'ops.jsonl'}",
+            "test_walk.py",
+        ],
+        cwd=tmp_path,
+        env=clean_env(SEEN=str(seen)),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert json.loads(seen.read_text()) == ["crcr_reuse.torch_harness"] * 2 + [True]
+    assert "TestWhichStackWalk" in (tmp_path / "ops.jsonl").read_text()
