@@ -292,20 +292,44 @@ for name in ("sum", "cumsum"):
 '''
 
 
+SUBCLASS = """import torch
+from torch.testing._internal.common_utils import TestCase
+
+
+class TestSubclass(TestCase):
+    def test_subclass_built_from_a_tensor(self):
+        class Sub(torch.Tensor):
+            pass
+
+        self.assertIsInstance(Sub(torch.ones(2)) + 1, Sub)
+
+    def test_broken_upstream(self):
+        self.assertEqual(torch.ones(2).sum(), 3.0)
+"""
+
+
 @pytest.mark.django_db
-def test_a_test_added_to_its_class_at_import_is_proposed_from_its_capture(tmp_path):
+def test_test_torchs_import_time_and_subclass_tests_are_proposed_from_their_cpu_run(tmp_path):
     """Found on test_torch.py: 37 `*_neg_dim` tests are set on TestTorch when the file is
-    imported; the source scan cannot see them, so they got no proposal at all."""
-    tree = write_tree(tmp_path, {"test/test_generated.py": GENERATED})
+    imported; the source scan cannot see them, so they got no proposal at all. And
+    `test_subclass_preserved` builds a Tensor subclass, which fails under the capture's
+    dispatch mode only: it was proposed xfail as broken upstream."""
+    files = {"test/test_generated.py": GENERATED, "test/test_subclass.py": SUBCLASS}
+    tree = write_tree(tmp_path, files)
     backend = make_backend("reference", extension_points=["eager"])
     make_config(backend, "test_suite_config:\n  files: []\n")
     run = pipeline.run_for_backend(backend, tree, "4" * 40, device=False)
     assert run.status == SelectionRun.Status.DONE, run.error
     proposals = {p.test_name: p for p in Proposal.objects.filter(backend=backend)}
-    assert set(proposals) == {"test_written", "test_sum_neg_dim", "test_cumsum_neg_dim"}
+    assert set(proposals) == {
+        "test_written", "test_sum_neg_dim", "test_cumsum_neg_dim",
+        "test_subclass_built_from_a_tensor", "test_broken_upstream",
+    }  # fmt: skip
     generated = proposals["test_cumsum_neg_dim"]
     assert (generated.class_name, generated.mode) == ("TestNegDim", "mandatory_success")
     assert "host CPU" in generated.reason  # a plain test, like the class's written one
+    assert proposals["test_subclass_built_from_a_tensor"].mode == "mandatory_success"
+    assert proposals["test_broken_upstream"].mode == "xfail"  # still fails without the mode
 
 
 @pytest.mark.django_db
