@@ -5,7 +5,8 @@ capabilities. When the config declares no operator list, the device itself is
 asked: a subprocess imports the backend's module and lists the aten operators
 that have a PrivateUse1 kernel (`python -m selection.capabilities MODULE`).
 Either way, overloads with a device-independent kernel (CompositeExplicitAutograd and
-its NonFunctional twin: clone, _to_copy, view_copy, …) count as supported: they run on any backend that has
+its NonFunctional twin: clone, _to_copy, view_copy, …, and in other namespaces the `prims::`
+that `torch._refs` call) count as supported: they run on any backend that has
 the primitives they are written in. Overloads that never reach a backend's dispatch
 key as themselves (`off_device`) are no reason to skip a test either: those that
 decompose above it (CompositeImplicitAutograd: promote_types, isclose, …) and those
@@ -31,7 +32,7 @@ from django.conf import settings
 
 PROBE_TIMEOUT = 300
 # Part of a stored probe's key: a probe stored in an older shape is taken again.
-PROBE_FORMAT = 3
+PROBE_FORMAT = 4
 # Kernels written once for every backend: the device's key receives the overload and runs
 # it in the primitives it has (clone, _to_copy, view_copy, new_empty_strided, …).
 COMPOSITE_KEYS = ("CompositeExplicitAutograd", "CompositeExplicitAutogradNonFunctional")
@@ -67,6 +68,12 @@ class Capabilities:
             "dtypes": sorted(self.dtypes) if self.dtypes is not None else "all",
             "declared_ops": self.declared_ops,
         }
+
+
+def ops_text(ops: list[str]) -> str:
+    """Operators as a person reads them: "aten::lgamma.default, prims::exp.default and 3 more"."""
+    shown = ", ".join(op if "::" in op else f"aten::{op}" for op in ops[:4])
+    return shown + (f" and {len(ops) - 4} more" if len(ops) > 4 else "")
 
 
 def declared(config_text: str) -> tuple[list[str] | None, list[str] | None, dict[str, list[str]]]:
@@ -207,12 +214,13 @@ def _probe(device_module: str) -> dict[str, list[str]]:
     off_device = _deviceless_overloads(torch)
     for name in torch._C._dispatch_get_all_op_names():
         namespace, _, rest = name.partition("::")
-        if namespace != "aten":
-            continue
-        overload = rest if "." in rest else f"{rest}.default"
+        # Keyed as the operator index names them: aten's bare, others with their namespace
+        # (prims::exp.default: torch._refs call prims, written once for every backend).
+        prefix = "" if namespace == "aten" else f"{namespace}::"
+        overload = prefix + (rest if "." in rest else f"{rest}.default")
         own = has_kernel(name, "PrivateUse1")
         if own:
-            ops.add(rest.split(".", 1)[0])
+            ops.add(prefix + rest.split(".", 1)[0])
         # A structured op's NonFunctional kernel calls its out= kernel: only a composite
         # when no backend has a kernel of its own (view_copy, not lgamma).
         if has_kernel(name, COMPOSITE_KEYS[0]) or (

@@ -26,7 +26,7 @@ from django.conf import settings
 
 from runs.models import Backend
 from selection import configwriter, inventory, opindex, proposers, refine, scope
-from selection.capabilities import Capabilities, for_backend
+from selection.capabilities import Capabilities, for_backend, ops_text
 from selection.models import (
     CapturedTest,
     ConfigVersion,
@@ -278,7 +278,7 @@ def _after_a_try(decision: Decision, seen: refine.Observed) -> int:
     """A tried skip that passed on the device runs there; one that failed stays skipped."""
     if seen.failures or seen.flaky or not seen.passed:
         return 0
-    helpers = ", ".join(f"aten::{op}" for op in decision.evidence.get("unsupported_ops", [])[:4])
+    helpers = ops_text(decision.evidence.get("unsupported_ops", []))
     decision.mode, decision.stage = "mandatory_success", Proposal.Stage.REFINE
     decision.reason = (
         f"passed on the device ({seen.passed} variants): {helpers} in its set-up or checks "

@@ -31,7 +31,7 @@ from typing import Any, Protocol
 from crcr_reuse.schema import MODES, NAME_FORM, canonical_dtype
 
 from runs.excerpts import clip
-from selection.capabilities import Capabilities
+from selection.capabilities import Capabilities, ops_text
 from selection.source_facts import EXCLUDES_PRIVATEUSE1
 
 Key = tuple[str, str, str]
@@ -188,7 +188,7 @@ def _unsupported_ops(
         # capture cannot tell, so stage 4 tries the test on the device (`TRY_ON_DEVICE`).
         return Verdict(
             "skip",
-            f"{where} {_ops_text(needed)}, which the device does not support",
+            f"{where} {ops_text(needed)}, which the device does not support",
             evidence={
                 "waiting_on": sorted({op.split(".")[0] for op in needed}),
                 TRY_ON_DEVICE: helper_only,
@@ -198,7 +198,7 @@ def _unsupported_ops(
     ops = sorted({op for opinfo in excluded for op in bad[opinfo]})
     return Verdict(
         "mandatory_success",
-        f"drops OpInfo {', '.join(excluded)} (needs {_ops_text(ops)}, unsupported); "
+        f"drops OpInfo {', '.join(excluded)} (needs {ops_text(ops)}, unsupported); "
         "every other variant's operators are supported",
         edits={"ops": {"exclude": [{"name": name} for name in excluded]}},
         evidence={"waiting_on": sorted({op.split(".")[0] for op in ops}), "dropped": bad},
@@ -213,11 +213,6 @@ def _dtype_coverage(
             "skip", f"none of the dtypes it spans ({', '.join(evidence.dtypes)}) is supported"
         )
     return None
-
-
-def _ops_text(ops: list[str]) -> str:
-    shown = ", ".join(f"aten::{op}" for op in ops[:4])
-    return shown + (f" and {len(ops) - 4} more" if len(ops) > 4 else "")
 
 
 def _first_line(text: str) -> str:

@@ -33,7 +33,7 @@ from crcr_reuse.outcomes import TestRecord
 from runs.crash_pinning import Executor, ShardSpec
 from runs.excerpts import clip, clip_start
 from runs.triage import classify, error_line
-from selection.capabilities import Capabilities, device_variables
+from selection.capabilities import Capabilities, device_variables, ops_text
 
 Key = tuple[str, str, str]
 Progress = Callable[[str, int, int], None]
@@ -336,7 +336,7 @@ def _from_failures(mode: str, edits: dict[str, Any], seen: Observed) -> Correcti
         return Correction(
             "mandatory_success",
             f"drops OpInfo {', '.join(sorted(bad_opinfos))}: on the device "
-            f"{_ops_text(ops) or 'an operator'} is not supported",
+            f"{ops_text(ops) or 'an operator'} is not supported",
             _merge_exclude(edits, "ops", sorted(bad_opinfos)),
         )
     bad_dtypes = {f["dtype"] for f in failures if f["dtype"]}
@@ -355,7 +355,7 @@ def _from_failures(mode: str, edits: dict[str, Any], seen: Observed) -> Correcti
         ops = sorted({f["op"] for f in failures if f["category"] == "unsupported_op" and f["op"]})
         return Correction(
             "skip",
-            f"on the device it needs {_ops_text(ops) or 'an operator'}, which is not supported",
+            f"on the device it needs {ops_text(ops) or 'an operator'}, which is not supported",
         )
     if "crash" in categories or any(f["outcome"] == "crashed" for f in failures):
         return Correction("skip", f"crashes the test process on the device: {first['line'][:160]}")
@@ -413,10 +413,6 @@ def _merge_exclude(edits: dict[str, Any], kind: str, names: list[str]) -> dict[s
         {"name": name} for name in dict.fromkeys(current + names)
     ]
     return merged
-
-
-def _ops_text(ops: list[str]) -> str:
-    return ", ".join(f"aten::{op}" for op in ops[:4])
 
 
 # -- flaky history ------------------------------------------------------------------------------

@@ -158,10 +158,11 @@ def test_a_decision_without_device_evidence_does_not_reopen_one_approved_on_devi
 HELPERS = '''"""Operators the CPU capture sees that the device never receives."""
 import torch
 from torch.testing._internal.common_device_type import dtypes, instantiate_device_type_tests, ops
-from torch.testing._internal.common_methods_invocations import op_db
+from torch.testing._internal.common_methods_invocations import op_db, python_ref_db
 from torch.testing._internal.common_utils import TestCase
 
 EXP = [op for op in op_db if op.name == "exp"]
+REF_EXP = [op for op in python_ref_db if op.name == "_refs.exp"]
 
 
 class TestHelpers(TestCase):
@@ -184,6 +185,11 @@ class TestHelpers(TestCase):
         self.assertTrue(float(torch.lgamma(x).abs().sum()) < 10)
         self.assertEqual(op(x).cpu(), torch.exp(x.cpu()))
 
+    @ops(REF_EXP, allowed_dtypes=[torch.float32])
+    def test_exp_reference(self, device, dtype, op):
+        x = torch.linspace(0.5, 3.0, 6, device=device, dtype=dtype)
+        self.assertEqual(op(x).cpu(), torch.exp(x.cpu()))
+
 
 instantiate_device_type_tests(TestHelpers, globals())
 '''
@@ -198,7 +204,9 @@ HELPERS_PARENT = """test_suite_config:
 @pytest.mark.django_db
 def test_operators_the_device_never_receives_do_not_make_a_test_skipped(tmp_path):
     """promote_types decomposes above the device's key: no reason to skip. lgamma in a
-    test's checks may run on host tensors: stage 4 tries the test, and the device decides."""
+    test's checks may run on host tensors: stage 4 tries the test, and the device decides.
+    torch._refs call prims::exp, written once for every backend: found on
+    test_unary_ufuncs.py, whose `_refs.*` OpInfos were dropped as unsupported."""
     tree = write_tree(tmp_path, {"test/test_helpers.py": HELPERS})
     backend = make_backend("reference", extension_points=["eager"])
     make_config(backend, HELPERS_PARENT)
@@ -219,6 +227,10 @@ def test_operators_the_device_never_receives_do_not_make_a_test_skipped(tmp_path
     assert (on_device.mode, on_device.stage) == ("skip", "classify"), on_device.reason
     assert "aten::lgamma" in on_device.reason
     assert on_device.evidence["device"]["failed"] >= 1
+
+    reference = proposals["test_exp_reference"]
+    assert reference.mode == "mandatory_success", reference.reason
+    assert reference.evidence["device"]["passed"] == 1
 
 
 GRADIENTS = '''"""Gradient checks: gradcheck's own operators are not the test's (issue 34)."""
