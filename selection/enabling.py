@@ -35,7 +35,7 @@ def waiting_on(packet: str, capabilities: Capabilities) -> dict[Key, list[str]]:
         if capabilities.supports_op(usage.op):
             continue
         variants = waiting.setdefault((usage.file_path, usage.class_name, usage.test_name), [])
-        if usage.opinfo and usage.opinfo not in variants:
+        if usage.opinfo and not opindex.is_module(usage.opinfo) and usage.opinfo not in variants:
             variants.append(usage.opinfo)
     return waiting
 

@@ -177,6 +177,12 @@ def _last_file(path: Path) -> str | None:
 # -- storing ----------------------------------------------------------------------------
 
 
+def is_module(variant: str) -> bool:
+    """Whether an index row's variant is a `@modules` test's module ("torch.nn.Linear"), not
+    an OpInfo: the capture spells modules as configs do, OpInfo names never start so."""
+    return variant.startswith("torch.")
+
+
 def fold(lines: Iterable[dict[str, Any]]) -> tuple[dict[Key, dict[str, Any]], dict[Key, dict]]:
     """Per generic test: a summary, and {(opinfo, op): (source, is_helper)}."""
     tests: dict[Key, dict[str, Any]] = {}
@@ -206,7 +212,8 @@ def fold(lines: Iterable[dict[str, Any]]) -> tuple[dict[Key, dict[str, Any]], di
         test["uncaptured"] |= line.get("how") == "uncaptured"
         test["seconds"] += float(line.get("seconds", 0.0))
         source = OpUsage.Source.COMPILED if line.get("how") == "compiled" else OpUsage.Source.EAGER
-        opinfo = line.get("opinfo", "")
+        # The variant an op belongs to: its OpInfo, or its module in a `@modules` test.
+        opinfo = line.get("opinfo") or line.get("module", "")
         for op in line.get("ops", []):
             usage[key][(opinfo, op)] = (source, False)
         for op in line.get("helper_ops", []):

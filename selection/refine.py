@@ -34,6 +34,7 @@ from runs.crash_pinning import Executor, ShardSpec
 from runs.excerpts import clip, clip_start
 from runs.triage import classify, error_line
 from selection.capabilities import Capabilities, device_variables, ops_text
+from selection.opindex import is_module
 
 Key = tuple[str, str, str]
 Progress = Callable[[str, int, int], None]
@@ -59,7 +60,7 @@ class Observed:
     failures: list[dict[str, Any]] = field(default_factory=list)
     xpassed: int = 0
     flaky: list[str] = field(default_factory=list)
-    opinfos: set[str] = field(default_factory=set)
+    opinfos: set[str] = field(default_factory=set)  # its OpInfos, or a `@modules` test's modules
     dtypes: set[str] = field(default_factory=set)
 
     def as_dict(self) -> dict[str, Any]:
@@ -239,8 +240,10 @@ def observe(
         seen = observed[generic_key(final, tree, known)]
         props = {str(p[0]): str(p[1]) for p in final.properties if len(p) == 2}
         seen.variants += 1
-        if props.get("op"):
-            seen.opinfos.add(props["op"])
+        # The variant: its OpInfo, or in a `@modules` test its module (both as configs name them).
+        variant = props.get("op") or props.get("module", "")
+        if variant:
+            seen.opinfos.add(variant)
         if props.get("dtype"):
             seen.dtypes.add(props["dtype"])
         if final.outcome in PASSING or final.outcome == "xfailed":
@@ -257,7 +260,7 @@ def observe(
                     "category": str(found.category),
                     "op": found.op_overload or found.op or "",
                     "dtype": found.dtype or props.get("dtype", ""),
-                    "opinfo": props.get("op", ""),
+                    "opinfo": variant,
                     "line": clip(found.line or error_line(final.message), 300),
                     "message": clip_start(final.message, 600),
                 }
@@ -333,11 +336,14 @@ def _from_failures(mode: str, edits: dict[str, Any], seen: Observed) -> Correcti
     )
     if categories <= {"unsupported_op", "unsupported_dtype"} and partial_opinfos:
         ops = sorted({f["op"] for f in failures if f["op"]})
+        kind, what = (
+            ("modules", "module") if all(map(is_module, bad_opinfos)) else ("ops", "OpInfo")
+        )
         return Correction(
             "mandatory_success",
-            f"drops OpInfo {', '.join(sorted(bad_opinfos))}: on the device "
+            f"drops {what} {', '.join(sorted(bad_opinfos))}: on the device "
             f"{ops_text(ops) or 'an operator'} is not supported",
-            _merge_exclude(edits, "ops", sorted(bad_opinfos)),
+            _merge_exclude(edits, kind, sorted(bad_opinfos)),
         )
     bad_dtypes = {f["dtype"] for f in failures if f["dtype"]}
     if (

@@ -159,10 +159,12 @@ HELPERS = '''"""Operators the CPU capture sees that the device never receives.""
 import torch
 from torch.testing._internal.common_device_type import dtypes, instantiate_device_type_tests, ops
 from torch.testing._internal.common_methods_invocations import op_db, python_ref_db
+from torch.testing._internal.common_modules import module_db, modules
 from torch.testing._internal.common_utils import TestCase
 
 EXP = [op for op in op_db if op.name == "exp"]
 REF_EXP = [op for op in python_ref_db if op.name == "_refs.exp"]
+LOSS_AND_LINEAR = [m for m in module_db if m.module_cls in (torch.nn.Linear, torch.nn.MultiMarginLoss)]
 
 
 class TestHelpers(TestCase):
@@ -190,6 +192,16 @@ class TestHelpers(TestCase):
         x = torch.linspace(0.5, 3.0, 6, device=device, dtype=dtype)
         self.assertEqual(op(x).cpu(), torch.exp(x.cpu()))
 
+    @modules(LOSS_AND_LINEAR, allowed_dtypes=[torch.float32])
+    def test_module_forward(self, device, dtype, module_info, training):
+        for entry in module_info.module_inputs_func(
+            module_info, device=device, dtype=dtype, requires_grad=False, training=training
+        ):
+            built = module_info.module_cls(
+                *entry.constructor_input.args, **entry.constructor_input.kwargs
+            ).to(device=device, dtype=dtype)
+            built(*entry.forward_input.args, **entry.forward_input.kwargs)
+
 
 instantiate_device_type_tests(TestHelpers, globals())
 '''
@@ -206,7 +218,9 @@ def test_operators_the_device_never_receives_do_not_make_a_test_skipped(tmp_path
     """promote_types decomposes above the device's key: no reason to skip. lgamma in a
     test's checks may run on host tensors: stage 4 tries the test, and the device decides.
     torch._refs call prims::exp, written once for every backend: found on
-    test_unary_ufuncs.py, whose `_refs.*` OpInfos were dropped as unsupported."""
+    test_unary_ufuncs.py, whose `_refs.*` OpInfos were dropped as unsupported. A `@modules`
+    test drops the modules that call what the device lacks, as an `@ops` test drops
+    OpInfos: found on test_modules.py, whose tests over module_db were skipped whole."""
     tree = write_tree(tmp_path, {"test/test_helpers.py": HELPERS})
     backend = make_backend("reference", extension_points=["eager"])
     make_config(backend, HELPERS_PARENT)
@@ -231,6 +245,13 @@ def test_operators_the_device_never_receives_do_not_make_a_test_skipped(tmp_path
     reference = proposals["test_exp_reference"]
     assert reference.mode == "mandatory_success", reference.reason
     assert reference.evidence["device"]["passed"] == 1
+
+    module_test = proposals["test_module_forward"]
+    assert module_test.mode == "mandatory_success", module_test.reason
+    assert module_test.edits == {"modules": {"exclude": [{"name": "torch.nn.MultiMarginLoss"}]}}
+    assert "aten::multi_margin_loss" in module_test.reason
+    assert module_test.evidence["device"]["passed"] >= 1
+    assert module_test.evidence["device"]["failed"] == 0
 
 
 GRADIENTS = '''"""Gradient checks: gradcheck's own operators are not the test's (issue 34)."""

@@ -21,9 +21,12 @@ def record(
     dtype: str = "float32",
     attempt: int = 1,
     test: str = "test_a",
+    module: str = "",
 ) -> Attempt:
-    props = [["crcr_test", f"{TREE}/{FILE}::TestX::{test}"], ["dtype", dtype]] + (
-        [["op", op]] if op else []
+    props = (
+        [["crcr_test", f"{TREE}/{FILE}::TestX::{test}"], ["dtype", dtype]]
+        + ([["op", op]] if op else [])
+        + ([["module", module]] if module else [])
     )
     return Attempt(
         f"{FILE}::TestXPRIVATEUSE1::{name}",
@@ -50,7 +53,7 @@ def test_a_pass_confirms_and_an_unexpected_pass_promotes():
     assert strict.mode == "mandatory_success" and "XPASS" in strict.reason
 
 
-def test_an_unsupported_op_means_skip_naming_it_or_dropping_only_its_opinfo():
+def test_an_unsupported_op_means_skip_naming_it_or_dropping_only_its_opinfo_or_module():
     whole = correct("mandatory_success", {}, seen(record("test_a_float32", "failed", UNSUPPORTED)))
     assert whole.mode == "skip" and "aten::lgamma.out" in whole.reason
     partial = correct("mandatory_success", {}, seen(
@@ -59,6 +62,12 @@ def test_an_unsupported_op_means_skip_naming_it_or_dropping_only_its_opinfo():
     ))  # fmt: skip
     assert partial.mode == "mandatory_success"
     assert partial.edits == {"ops": {"exclude": [{"name": "lgamma"}]}}
+    modules = correct("mandatory_success", {}, seen(
+        record("test_a_nn_CTCLoss_float32", "failed", UNSUPPORTED, module="torch.nn.CTCLoss"),
+        record("test_a_nn_Linear_float32", "passed", module="torch.nn.Linear"),
+    ))  # fmt: skip
+    assert modules.mode == "mandatory_success" and "drops module torch.nn.CTCLoss" in modules.reason
+    assert modules.edits == {"modules": {"exclude": [{"name": "torch.nn.CTCLoss"}]}}
 
 
 def test_a_numerical_mismatch_becomes_a_tolerance_edit_when_small_and_xfail_when_not():
