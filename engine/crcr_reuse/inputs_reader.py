@@ -25,7 +25,7 @@ from .inputs import (
     kwarg_dtype,
     literal,
 )
-from .schema import NAME_FORM, ModuleSpec
+from .schema import DOTTED_FORM, ModuleSpec
 
 if TYPE_CHECKING:
     from .loader import _Reader
@@ -63,7 +63,7 @@ class _Inputs:
                        "build and call the class it names)")  # fmt: skip
             return None
         path = self.reader.string(fields["module_path"], "module_path")
-        if path is not None and not (NAME_FORM.fullmatch(path) and "." in path):
+        if path is not None and not (DOTTED_FORM.fullmatch(path) and "." in path):
             self.error(fields["module_path"], f"module_path '{path}' is not an import path "
                        "(package.module.Class)")  # fmt: skip
             path = None

@@ -476,7 +476,10 @@ class _Reader:
 
     def _check_name(self, node: yaml.Node, name: str | None, kind: str) -> str | None:
         if name is not None and not NAME_FORM.fullmatch(name):
-            self.error(node, f"'{name}' is not a valid {kind} name (dotted identifiers only)")
+            self.error(
+                node,
+                f"'{name}' is not a valid {kind} name (dotted identifiers, as torch spells them)",
+            )
             return None
         return name
 

@@ -70,8 +70,12 @@ DTYPE_ALIASES = {
     "cdouble": "complex128",
     "chalf": "complex32",
 }
-# An op, module or marker name: dotted identifiers ("add", "nn.functional.relu").
-NAME_FORM = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+# A Python import path: dotted identifiers ("mypkg.layers.MyLinear").
+DOTTED_FORM = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+# An op, module or marker name as torch spells it: dotted identifiers ("add",
+# "nn.functional.relu"), where a part after the first may hold a hyphen (an OpInfo's
+# variant: "nn.functional.interpolate.nearest-exact").
+NAME_FORM = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_-]*)*")
 TAG_FORM = re.compile(r"[A-Za-z_][A-Za-z0-9_\-.]*")
 REGEX_CHARS = frozenset(".^$*+?{}[]\\|()")
 

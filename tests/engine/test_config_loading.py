@@ -228,3 +228,18 @@ def test_a_generated_name_leads_back_to_its_longest_generic_test(
     candidates = ["test_cumprod", "test_cumprod_hangs", "test_lerp"]
     assert generic_name(name, candidates) == (generic, variant)
     assert generic in name_prefixes(name)
+
+
+def test_an_opinfo_variant_spelled_with_a_hyphen_is_a_valid_op_name(tmp_path: Path) -> None:
+    """Found on test_ops.py: stage 4 wrote `nn.functional.interpolate.nearest-exact` (an
+    OpInfo of op_db) into an exclude list, and the device's collection refused the config."""
+    text = BAR_ONE.replace(
+        "{dtypes: {exclude: [{name: bool}, {name: int64}]}}",
+        "{ops: {exclude: [{name: nn.functional.interpolate.nearest-exact}]}}",
+    )
+    config = load_configs([write(tmp_path, text)], TOKENS)
+    excluded = config.files[0].tests[1].edits.ops.exclude
+    assert [op.name for op in excluded] == ["nn.functional.interpolate.nearest-exact"]
+    bad = text.replace("nn.functional.interpolate.nearest-exact", "interpolate-nearest")
+    (problem,) = problems_of([write(tmp_path, bad, "bad.yaml")])
+    assert "'interpolate-nearest' is not a valid op name" in problem
