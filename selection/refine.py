@@ -8,7 +8,8 @@ test (the `crcr_test` property) and each proposal is corrected:
 - every variant passed: confirmed; a pass of an `xfail` (XPASS, strict or not)
   promotes it to `mandatory_success`; a pass only on retry makes it flaky;
 - failures, classified by `runs.triage`: `unsupported_op` => skip naming the
-  op (or drop only the failing OpInfos / dtypes); `unsupported_dtype` => drop
+  op, or where only some OpInfos (modules) fail drop those, with whatever else failed in
+  them (or only the failing dtypes); `unsupported_dtype` => drop
   those dtypes; `numerical_mismatch` => a tolerance edit when the difference is
   small, else xfail; crash / timeout => skip; anything else => xfail.
 Flaky tests are quarantined (non-strict xfail) with their history as evidence:
@@ -334,15 +335,23 @@ def _from_failures(mode: str, edits: dict[str, Any], seen: Observed) -> Correcti
     partial_opinfos = (
         bad_opinfos and len(bad_opinfos) < len(seen.opinfos) and all(f["opinfo"] for f in failures)
     )
-    if categories <= {"unsupported_op", "unsupported_dtype"} and partial_opinfos:
-        ops = sorted({f["op"] for f in failures if f["op"]})
+    # Some variants want an operator the device lacks: drop the failing variants, whatever
+    # else failed in them, rather than skip the test's passing ones too.
+    if partial_opinfos and (
+        categories <= {"unsupported_op", "unsupported_dtype"} or "unsupported_op" in categories
+    ):
+        ops = sorted({f["op"] for f in failures if f["category"] == "unsupported_op" and f["op"]})
+        others = [
+            f for f in failures if f["category"] not in ("unsupported_op", "unsupported_dtype")
+        ]
+        also = f"; {len(others)} more fail otherwise ({others[0]['line'][:100]})" if others else ""
         kind, what = (
             ("modules", "module") if all(map(is_module, bad_opinfos)) else ("ops", "OpInfo")
         )
         return Correction(
             "mandatory_success",
             f"drops {what} {', '.join(sorted(bad_opinfos))}: on the device "
-            f"{ops_text(ops) or 'an operator'} is not supported",
+            f"{ops_text(ops) or 'an operator'} is not supported{also}",
             _merge_exclude(edits, kind, sorted(bad_opinfos)),
         )
     bad_dtypes = {f["dtype"] for f in failures if f["dtype"]}
