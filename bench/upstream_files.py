@@ -171,7 +171,9 @@ def main() -> int:
         try:
             row = one_file(folder / name, args.device_limit, args.plain)
         except Exception as error:  # one file's failure is that file's row
-            row = {"file": name, "error": f"{type(error).__name__}: {error}"}
+            failed = True
+            print(f"{name}: failed: {type(error).__name__}: {error}")
+            continue
         if row.get("collected") is None:
             print(f"{name}: does not import on this torch: {row['error']}")
             continue
