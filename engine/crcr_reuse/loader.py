@@ -476,10 +476,7 @@ class _Reader:
 
     def _check_name(self, node: yaml.Node, name: str | None, kind: str) -> str | None:
         if name is not None and not NAME_FORM.fullmatch(name):
-            self.error(
-                node,
-                f"'{name}' is not a valid {kind} name (dotted identifiers, as torch spells them)",
-            )
+            self.error(node, f"'{name}' is not a valid {kind} name (torch's dotted form)")
             return None
         return name
 
