@@ -183,6 +183,12 @@ def is_module(variant: str) -> bool:
     return variant.startswith("torch.")
 
 
+def exclusion_kind(variants: Iterable[str]) -> tuple[str, str]:
+    """The config section that drops these variants and what a reason calls one:
+    ("modules", "module") for a `@modules` test's modules, ("ops", "OpInfo") otherwise."""
+    return ("modules", "module") if all(map(is_module, variants)) else ("ops", "OpInfo")
+
+
 def fold(lines: Iterable[dict[str, Any]]) -> tuple[dict[Key, dict[str, Any]], dict[Key, dict]]:
     """Per generic test: a summary, and {(opinfo, op): (source, is_helper)}."""
     tests: dict[Key, dict[str, Any]] = {}

@@ -32,7 +32,7 @@ from crcr_reuse.schema import MODES, NAME_FORM, canonical_dtype
 
 from runs.excerpts import clip
 from selection.capabilities import Capabilities, ops_text
-from selection.opindex import is_module
+from selection.opindex import exclusion_kind
 from selection.source_facts import EXCLUDES_PRIVATEUSE1
 
 Key = tuple[str, str, str]
@@ -197,8 +197,7 @@ def _unsupported_ops(
         )
     excluded = sorted(bad)
     ops = sorted({op for opinfo in excluded for op in bad[opinfo]})
-    # A `@modules` test's variants are its modules; an `@ops` test's its OpInfos.
-    kind, what = ("modules", "module") if all(map(is_module, excluded)) else ("ops", "OpInfo")
+    kind, what = exclusion_kind(excluded)
     return Verdict(
         "mandatory_success",
         f"drops {what} {', '.join(excluded)} (needs {ops_text(ops)}, unsupported); "

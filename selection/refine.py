@@ -35,7 +35,7 @@ from runs.crash_pinning import Executor, ShardSpec
 from runs.excerpts import clip, clip_start
 from runs.triage import classify, error_line
 from selection.capabilities import Capabilities, device_variables, ops_text
-from selection.opindex import is_module
+from selection.opindex import exclusion_kind
 
 Key = tuple[str, str, str]
 Progress = Callable[[str, int, int], None]
@@ -345,9 +345,7 @@ def _from_failures(mode: str, edits: dict[str, Any], seen: Observed) -> Correcti
             f for f in failures if f["category"] not in ("unsupported_op", "unsupported_dtype")
         ]
         also = f"; {len(others)} more fail otherwise ({others[0]['line'][:100]})" if others else ""
-        kind, what = (
-            ("modules", "module") if all(map(is_module, bad_opinfos)) else ("ops", "OpInfo")
-        )
+        kind, what = exclusion_kind(bad_opinfos)
         return Correction(
             "mandatory_success",
             f"drops {what} {', '.join(sorted(bad_opinfos))}: on the device "
