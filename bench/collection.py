@@ -1,10 +1,11 @@
 """Collection overhead of the reuse plugin against plain pytest, same files, same device.
 
-    .venv/bin/python bench/collection.py [--rounds 3]
+    .venv/bin/python bench/collection.py [--rounds 3] [--files test_ops.py ...]
 
 Files: ``$TORCH_ROOT/test/test_binary_ufuncs.py`` and ``test_view_ops.py`` when
-``TORCH_ROOT`` is set (a PyTorch checkout, or single upstream files), else
-every file of the project's upstream-style tree (tests/upstream/test).
+``TORCH_ROOT`` is set (a PyTorch checkout, or single upstream files; ``--files``
+names others of its test/ folder, measured together), else every file of the
+project's upstream-style tree (tests/upstream/test).
 
 Compared, alternately, in fresh processes:
 - plain: ``pytest --collect-only`` with the reference device registered by
@@ -43,11 +44,11 @@ TARGET = 1.10
 PADDING_TO = 300
 
 
-def test_files() -> tuple[Path, list[Path]]:
+def test_files(names: list[str]) -> tuple[Path, list[Path]]:
     torch_root = os.environ.get("TORCH_ROOT")
     if torch_root:
         folder = Path(torch_root).resolve() / "test"
-        return folder.parent, [folder / "test_binary_ufuncs.py", folder / "test_view_ops.py"]
+        return folder.parent, [folder / name for name in names]
     tree = ROOT / "tests" / "upstream"
     return tree, sorted((tree / "test").glob("test_*.py"))
 
@@ -130,8 +131,14 @@ def commands(rootdir: Path, files: list[Path], config: Path) -> dict[str, Pytest
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--files",
+        nargs="+",
+        default=["test_binary_ufuncs.py", "test_view_ops.py"],
+        help="files of $TORCH_ROOT/test",
+    )
     args = parser.parse_args()
-    rootdir, files = test_files()
+    rootdir, files = test_files(args.files)
     with tempfile.TemporaryDirectory() as tmp:
         config = Path(tmp) / "bench.yaml"
         config.write_text(generated_config(files, "mandatory_success"))
