@@ -192,14 +192,10 @@ class DeviceTypeHooks:
             return
         self._path = path
         prepared = self._prepare(cls, test, decision.filters)
-        before = set(vars(cls)) if base != name else None
-        count = len(vars(cls))
-        original(cls, name, prepared, generic_cls=generic_cls)
         # What each generated test is (op, dtype, module) stays in its own defaults
         # (torch's param_kwargs); the plugin reads it there at collection.
-        self.stats.add(path, generated=len(vars(cls)) - count)
-        for attribute in set(vars(cls)) - before if before is not None else ():
-            _named(vars(cls)[attribute], name, base)
+        generated = _instantiate_named(original, cls, name, prepared, generic_cls, base)
+        self.stats.add(path, generated=generated)
 
     def _prepare(self, cls: Any, test: Any, filters: VariantFilter) -> Any:
         if filters.trivial and not filters.has_precision:
@@ -441,6 +437,39 @@ def _placeholder(test: Any, variants: int) -> Any:
 
     setattr(placeholder, PLACEHOLDER_VARIANTS, variants)
     return placeholder
+
+
+def name_generated_tests() -> None:
+    """Without the reuse plugin (the operator capture on the CPU): tag every generated
+    device test whose ``__name__`` is not its generic attribute name with that name, as
+    the plugin's own instantiation does (``names.test_names`` reads it). A file that sets
+    tests on its class from one function (test_binary_ufuncs.py's
+    ``test___add___not_implemented``, ... all ``__name__`` "test") keeps them apart."""
+    from torch.testing._internal import common_device_type as cdt
+
+    base_cls = cdt.DeviceTypeTestBase
+    original = base_cls.instantiate_test.__func__
+    if getattr(original, "_crcr_names", False):
+        return
+
+    def instantiate_test(cls: type, name: str, test: Any, *, generic_cls: Any = None) -> None:
+        _instantiate_named(original, cls, name, test, generic_cls, getattr(test, "__name__", name))
+
+    instantiate_test._crcr_names = True  # type: ignore[attr-defined]
+    base_cls.instantiate_test = classmethod(instantiate_test)
+
+
+def _instantiate_named(
+    original: Callable[..., Any], cls: Any, name: str, test: Any, generic_cls: Any, base: str
+) -> int:
+    """torch's instantiation of one generic test; what it generated is tagged with the
+    generic name when the test's ``__name__`` (``base``) differs. Returns how many."""
+    before = set(vars(cls)) if base != name else None
+    count = len(vars(cls))
+    original(cls, name, test, generic_cls=generic_cls)
+    for attribute in set(vars(cls)) - before if before is not None else ():
+        _named(vars(cls)[attribute], name, base)
+    return len(vars(cls)) - count
 
 
 def _named(fn: Any, name: str, base: str) -> Any:

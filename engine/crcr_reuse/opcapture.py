@@ -45,6 +45,7 @@ from typing import Any
 import pytest
 
 from . import repeated_checks, torch_harness
+from .devicetype import name_generated_tests
 from .names import test_names
 
 DEVICE_SUFFIX = re.compile(r"(CPU|CUDA|META|MPS|XPU|HPU|LAZY|PRIVATEUSE1|PRIVATEUSEONE)$")
@@ -123,6 +124,7 @@ class Capture:
         import torch.testing
         from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
+        name_generated_tests()  # before the test files instantiate their device tests
         capture = self
 
         class Recorder(TorchDispatchMode):

@@ -304,6 +304,7 @@ def test_an_operator_only_gradcheck_calls_is_tried_on_the_device(tmp_path):
 
 GENERATED = '''"""Tests a file adds to its class when imported, as test_torch.py's add_neg_dim_tests."""
 import torch
+from torch.testing._internal.common_device_type import dtypes, instantiate_device_type_tests
 from torch.testing._internal.common_utils import TestCase
 
 
@@ -322,6 +323,23 @@ def make_neg_dim_test(name):
 
 for name in ("sum", "cumsum"):
     setattr(TestNegDim, f"test_{name}_neg_dim", make_neg_dim_test(name))
+
+
+class TestNotImplemented(TestCase):  # as test_binary_ufuncs.py's generate_not_implemented_tests
+    pass
+
+
+def make_not_implemented_test(op):
+    @dtypes(torch.float32, torch.int64)
+    def test(self, device, dtype):
+        self.assertIs(getattr(torch.ones((), device=device, dtype=dtype), op)(object()), NotImplemented)
+
+    return test
+
+
+for op in ("__add__", "__mul__"):
+    setattr(TestNotImplemented, f"test_{op}_not_implemented", make_not_implemented_test(op))
+instantiate_device_type_tests(TestNotImplemented, globals())
 '''
 
 
@@ -344,7 +362,9 @@ class TestSubclass(TestCase):
 @pytest.mark.django_db
 def test_test_torchs_import_time_and_subclass_tests_are_proposed_from_their_cpu_run(tmp_path):
     """Found on test_torch.py: 37 `*_neg_dim` tests are set on TestTorch when the file is
-    imported; the source scan cannot see them, so they got no proposal at all. And
+    imported; the source scan cannot see them, so they got no proposal at all. Found on
+    test_binary_ufuncs.py: 36 device tests set on TestBinaryUfuncs by one function, all
+    `__name__` "test": the capture keyed them as one test named `test`. And
     `test_subclass_preserved` builds a Tensor subclass, which fails under the capture's
     dispatch mode only: it was proposed xfail as broken upstream."""
     files = {"test/test_generated.py": GENERATED, "test/test_subclass.py": SUBCLASS}
@@ -356,8 +376,13 @@ def test_test_torchs_import_time_and_subclass_tests_are_proposed_from_their_cpu_
     proposals = {p.test_name: p for p in Proposal.objects.filter(backend=backend)}
     assert set(proposals) == {
         "test_written", "test_sum_neg_dim", "test_cumsum_neg_dim",
+        "test___add___not_implemented", "test___mul___not_implemented",
         "test_subclass_built_from_a_tensor", "test_broken_upstream",
     }  # fmt: skip
+    not_implemented = proposals["test___mul___not_implemented"]
+    assert (not_implemented.class_name, not_implemented.mode) == (
+        "TestNotImplemented", "mandatory_success"
+    )  # fmt: skip
     generated = proposals["test_cumsum_neg_dim"]
     assert (generated.class_name, generated.mode) == ("TestNegDim", "mandatory_success")
     assert "host CPU" in generated.reason  # a plain test, like the class's written one
