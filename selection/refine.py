@@ -260,7 +260,9 @@ def observe(
                     "outcome": final.outcome,
                     "category": str(found.category),
                     "op": found.op_overload or found.op or "",
-                    "dtype": found.dtype or props.get("dtype", ""),
+                    # The variant's dtype, which an edit can drop; the message may name
+                    # another (a float16 test computing in ComplexHalf).
+                    "dtype": props.get("dtype", "") or found.dtype,
                     "opinfo": variant,
                     "line": clip(found.line or error_line(final.message), 300),
                     "message": clip_start(final.message, 600),
