@@ -440,11 +440,9 @@ def _placeholder(test: Any, variants: int) -> Any:
 
 
 def name_generated_tests() -> None:
-    """Without the reuse plugin (the operator capture on the CPU): tag every generated
-    device test whose ``__name__`` is not its generic attribute name with that name, as
-    the plugin's own instantiation does (``names.test_names`` reads it). A file that sets
-    tests on its class from one function (test_binary_ufuncs.py's
-    ``test___add___not_implemented``, ... all ``__name__`` "test") keeps them apart."""
+    """Without the plugin (the CPU capture): tag generated device tests with their generic
+    attribute name where their ``__name__`` differs, as the plugin does: tests set on a
+    class from one function (test_binary_ufuncs.py's, all named "test") stay apart."""
     from torch.testing._internal import common_device_type as cdt
 
     base_cls = cdt.DeviceTypeTestBase
