@@ -36,7 +36,7 @@ from typing import Any
 from .idlist import ShardFilter
 from .marking import PLACEHOLDER_VARIANTS
 from .matching import Rules, VariantFilter
-from .names import GENERIC
+from .names import GENERIC, dtype_name, flat, op_names
 
 ONLY_FOR_ENV = "PYTORCH_TESTING_DEVICE_ONLY_FOR"
 
@@ -77,10 +77,6 @@ def prepare_device(device_module: str) -> str:
             f"(torch.{name} is missing or not available)"
         )
     return name
-
-
-def dtype_name(dtype: Any) -> str:
-    return str(dtype).removeprefix("torch.")
 
 
 class DeviceTypeHooks:
@@ -203,9 +199,7 @@ class DeviceTypeHooks:
         prepared = _clone(test)
         dtypes = cls._get_dtypes(test)
         if dtypes is not None:
-            kept = [
-                d for d in dtypes if all(filters.dtype_allowed(dtype_name(x)) for x in _flat(d))
-            ]
+            kept = [d for d in dtypes if all(filters.dtype_allowed(dtype_name(x)) for x in flat(d))]
             if all(not isinstance(d, (list, tuple)) for d in dtypes):
                 kept += [d for d in _torch_dtypes(filters.extra_dtypes) if d not in kept]
             prepared.dtypes = {**test.dtypes, cls.device_type: kept, "privateuse1": kept}
@@ -270,12 +264,6 @@ def _plain(value: Any) -> Any:
     return list(value)
 
 
-def _flat(value: Any) -> list[Any]:
-    if isinstance(value, (list, tuple)):
-        return list(value)
-    return [value]
-
-
 def _torch_dtypes(names: list[str]) -> list[Any]:
     import torch
 
@@ -326,8 +314,8 @@ def _tolerances(
 
 def _with_tolerances(variant: Any, params: dict[str, Any], filters: VariantFilter) -> Any:
     op = params.get("op")
-    names = (op.name, op.full_name) if op is not None else ()
-    dtypes = [d for d in _flat(params.get("dtype", params.get("dtypes"))) if d is not None]
+    names = op_names(op) if op is not None else ()
+    dtypes = [d for d in flat(params.get("dtype", params.get("dtypes"))) if d is not None]
     overrides = _tolerances(variant, dtypes, filters, names)
     if overrides == getattr(variant, "tolerance_overrides", {}):
         return variant
@@ -338,7 +326,7 @@ def _with_tolerances(variant: Any, params: dict[str, Any], filters: VariantFilte
 
 def _variant_allowed(params: dict[str, Any], filters: VariantFilter) -> bool:
     op = params.get("op")
-    names = (op.name, op.full_name) if op is not None else ()
+    names = op_names(op) if op is not None else ()
     if op is not None and not filters.op_allowed(names):
         return False
     module = params.get("module_info")
@@ -346,7 +334,7 @@ def _variant_allowed(params: dict[str, Any], filters: VariantFilter) -> bool:
         return False
     # A custom module's dtypes are those its inputs are written in: the config chose them.
     own = getattr(module, "crcr_dtypes", ())
-    for dtype in _flat(params.get("dtype", params.get("dtypes"))):
+    for dtype in flat(params.get("dtype", params.get("dtypes"))):
         name = dtype_name(dtype) if dtype is not None else None
         if name is None or (name in own and name not in filters.exclude_dtypes):
             continue
@@ -404,8 +392,8 @@ def _filtered_ops(owner: Any, filters: VariantFilter) -> list[Any]:
     """Allowed ops of an ``@ops`` list, plus ``edits.ops.include`` ops it lacks (from op_db)."""
     from torch.testing._internal.common_device_type import OpDTypes
 
-    kept = [op for op in owner.op_list if filters.op_allowed((op.name, op.full_name))]
-    present = {n for op in owner.op_list for n in (op.name, op.full_name)}
+    kept = [op for op in owner.op_list if filters.op_allowed(op_names(op))]
+    present = {n for op in owner.op_list for n in op_names(op)}
     missing = [name for name in filters.include_ops if name not in present]
     if missing:
         from torch.testing._internal.common_methods_invocations import op_db

@@ -26,8 +26,18 @@ PLACEHOLDER_VARIANTS = "crcr_skipped_variants"
 @dataclass(frozen=True, slots=True)
 class Part:
     mode: str
-    decorators: tuple[pytest.MarkDecorator, ...]
+    marks: tuple[pytest.Mark, ...]
+    # What ``item.add_marker`` would put in the test's keywords, one map for all the marks.
+    keywords: dict[str, pytest.MarkDecorator]
     properties: tuple[Property, ...]
+
+    @classmethod
+    def of(
+        cls, mode: str, decorators: list[pytest.MarkDecorator], properties: tuple[Property, ...]
+    ) -> Part:
+        marks = tuple(decorator.mark for decorator in decorators)
+        keywords = {decorator.name: decorator for decorator in decorators}
+        return cls(mode, marks, keywords, properties)
 
 
 def marker_names(
@@ -71,8 +81,10 @@ class Marking:
         ``op_tags``: the tags of its op's include item, added to the entry's."""
         first = self._decision_part(decision, test, forced, op_tags)
         second = self._variant_part(variant)
-        for decorator in first.decorators + second.decorators:
-            item.add_marker(decorator)
+        # `add_marker` per mark, in bulk: tens of thousands of variants a file.
+        item.own_markers.extend(first.marks + second.marks)
+        item.keywords.update(first.keywords)
+        item.keywords.update(second.keywords)
         item.user_properties.extend(second.properties + first.properties)
         return first.mode
 
@@ -113,7 +125,7 @@ class Marking:
                 ("crcr_entry", json.dumps(entry) if entry else ""),
                 ("crcr_reason", reason),
             )
-            part = self._decision_parts[key] = Part(mode, tuple(decorators), properties)
+            part = self._decision_parts[key] = Part.of(mode, decorators, properties)
         return part
 
     def _variant_part(self, variant: tuple[str | None, tuple[str, ...], str | None]) -> Part:
@@ -126,7 +138,7 @@ class Marking:
                 for key, value in (("op", op), ("dtype", ",".join(dtypes)), ("module", module))
                 if value
             ]
-            part = Part("", tuple(self._mark(name) for name in names), tuple(properties))
+            part = Part.of("", [self._mark(name) for name in names], tuple(properties))
             self._variant_parts[variant] = part
         return part
 

@@ -50,3 +50,35 @@ def test_names(item: pytest.Item, fn: Any, cls: Any) -> TestNames:
     if cls is not None and hasattr(fn, "parametrize_fn"):
         return TestNames(attribute, carried, source=carried)
     return TestNames(attribute, attribute, base=carried)
+
+
+def param_kwargs(fn: Any) -> dict[str, Any]:
+    """torch's param_kwargs of a generated test (device, dtype, op, module_info, ...)."""
+    defaults = getattr(fn, "__defaults__", None)
+    return defaults[0] if defaults and isinstance(defaults[0], dict) else {}
+
+
+def flat(value: Any) -> tuple[Any, ...]:
+    """A dtype, or a test's several (`dtypes`), as a tuple."""
+    return tuple(value) if isinstance(value, (list, tuple)) else (value,)
+
+
+_DTYPE_NAMES: dict[Any, str] = {}
+# By id, each OpInfo kept so that its id stays its own: OpInfo's __getattribute__ is
+# slow, and test_ops.py generates 32,745 variants of a few hundred.
+_OP_NAMES: dict[int, tuple[Any, tuple[str, str]]] = {}
+
+
+def dtype_name(dtype: Any) -> str:
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        name = _DTYPE_NAMES[dtype] = str(dtype).removeprefix("torch.")
+    return name
+
+
+def op_names(op: Any) -> tuple[str, str]:
+    """An OpInfo's name and full name (with its variant's)."""
+    found = _OP_NAMES.get(id(op))
+    if found is None:
+        found = _OP_NAMES[id(op)] = (op, (op.name, op.full_name))
+    return found[1]

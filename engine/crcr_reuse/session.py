@@ -30,7 +30,7 @@ from .labels import parse_selection
 from .loader import ConfigError, load_configs
 from .marking import PLACEHOLDER_VARIANTS, Marking
 from .matching import Decision, Rules
-from .names import test_names
+from .names import dtype_name, flat, op_names, param_kwargs, test_names
 from .report import JsonReport, summary_lines
 from .static_scan import DEVICE_SUFFIX as DEVICE_CLASS
 from .timeouts import time_limit
@@ -267,30 +267,30 @@ class ReuseSession:
         file_rules = self.rules.for_file(path, resolved=True) if self.rules else None
         if file_rules is None:
             return None
-        fn = _function(item)
         cls = getattr(item, "cls", None)
+        fn = _function(item, cls)
         generic = _generic_class(cls)
         names = test_names(item, fn, cls)
         if names.base is not None:
             file_rules.note_base_name(generic, names.base, names.name)
         decision = file_rules.decide(generic, names.name, names.source)
         test = f"{path}::{generic}::{names.key}" if generic else f"{path}::{names.key}"
-        params = _param_kwargs(fn)
+        params = param_kwargs(fn)
         if not params:
             return Target(path, decision, test)
         op, module = params.get("op"), params.get("module_info")
         dtypes = tuple(
-            dtype_name(d) for d in _flat(params.get("dtype", params.get("dtypes"))) if d is not None
+            dtype_name(d) for d in flat(params.get("dtype", params.get("dtypes"))) if d is not None
         )
-        op_names = (op.name, op.full_name) if op is not None else ()
+        names_of_op = op_names(op) if op is not None else ()
         variant = (
-            op.full_name if op is not None else None,
+            names_of_op[1] if names_of_op else None,
             dtypes,
             # A custom module (`module_path`) goes by the name its config gives it.
             getattr(module, "crcr_name", None) or f"torch.{module.name}" if module else None,
         )
-        forced = decision.filters.forced_xfail(dtypes, op_names)
-        op_tags = decision.filters.op_tags(op_names)
+        forced = decision.filters.forced_xfail(dtypes, names_of_op)
+        op_tags = decision.filters.op_tags(names_of_op)
         return Target(path, decision, test, variant, forced, op_tags)
 
     def _realpath(self, path: Any) -> str:
@@ -453,8 +453,8 @@ def _arguments_on_cpu(method: Any) -> Any:
     return moved
 
 
-def _function(item: pytest.Item) -> Any:
-    cls = getattr(item, "cls", None)
+def _function(item: pytest.Item, cls: Any = None) -> Any:
+    cls = cls or getattr(item, "cls", None)
     name = getattr(item, "originalname", None) or item.name
     if cls is not None:
         found = cls.__dict__.get(name)
@@ -472,25 +472,3 @@ def _generic_class(cls: Any) -> str | None:
     if DEVICE_CLASS.search(cls.__name__) and len(cls.__bases__) >= 2:
         return str(cls.__bases__[1].__name__)
     return str(cls.__name__)
-
-
-def _param_kwargs(fn: Any) -> dict[str, Any]:
-    """torch's param_kwargs of a generated test (device, dtype, op, module_info, ...)."""
-    defaults = getattr(fn, "__defaults__", None)
-    if defaults and isinstance(defaults[0], dict):
-        return defaults[0]
-    return {}
-
-
-def _flat(value: Any) -> tuple[Any, ...]:
-    return tuple(value) if isinstance(value, (list, tuple)) else (value,)
-
-
-_DTYPE_NAMES: dict[Any, str] = {}
-
-
-def dtype_name(dtype: Any) -> str:
-    name = _DTYPE_NAMES.get(dtype)
-    if name is None:
-        name = _DTYPE_NAMES[dtype] = str(dtype).removeprefix("torch.")
-    return name
