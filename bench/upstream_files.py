@@ -140,7 +140,7 @@ def one_file(source: Path, limit: int, plain: bool = False) -> dict[str, object]
     row.update(
         generic=summary["inventory"].get("tests"),
         in_scope=source.name in " ".join(summary["stage1"].get("included", [])),
-        captured=f"{summary['capture']['tests']} tests / {summary['capture']['variants']} variants",
+        captured=_captured(summary["capture"]),
         modes=dict(modes),
         device=_stage4(summary["stage4"])
         if device
@@ -151,6 +151,15 @@ def one_file(source: Path, limit: int, plain: bool = False) -> dict[str, object]
     if plain:
         row["plain"] = round(plain_seconds(tree, source.name), 1)
     return row
+
+
+def _captured(capture: dict) -> str:
+    """Tests and variants the capture recorded, in how many processes, and what it lost."""
+    lost = capture.get("lost_files") or []
+    return (
+        f"{capture['tests']} tests / {capture['variants']} variants in "
+        f"{capture['processes']} processes" + (f", lost {', '.join(lost)}" if lost else "")
+    )
 
 
 def main() -> int:

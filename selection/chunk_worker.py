@@ -9,8 +9,9 @@ Steps:
 3. while pytest runs, the heartbeat also stores what it has written so far (the capture's
    lines, the progress logs' records), so the next attempt after a kill loses at most a
    beat of work; a test that crashes the test process is pinned and recorded as crashed
-   (`runs.crash_pinning`) or loses its file's capture (`opindex.run_capture`), never
-   retried by the next attempt;
+   (`runs.crash_pinning`) or ends its file's capture there (`opindex.run_capture` starts
+   a process again where a dead one stopped, while each gets further), never retried by
+   the next attempt;
 4. store the results and mark the chunk done (only while it still holds the claim), then
    `chunks.chunk_ended`: the last chunk of its phase moves the run on.
 """
@@ -23,6 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from crcr_reuse.opcapture import read_lines
 from crcr_reuse.outcomes import ReportError, canonical, read_progress
 from django.db import close_old_connections
 from django.db.models.functions import Now
@@ -153,7 +155,7 @@ class _Flush:
 
 
 def _lines_written(folder: Path) -> Callable[[], Results]:
-    return lambda: opindex.read_lines(folder / "capture.jsonl")
+    return lambda: read_lines(folder / "capture.jsonl")
 
 
 def _records_written(folder: Path) -> Callable[[], Results]:

@@ -19,7 +19,6 @@ Steps of `capture()`:
 from __future__ import annotations
 
 import hashlib
-import json
 import subprocess
 import tempfile
 from collections import defaultdict
@@ -30,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from crcr_reuse.launcher import OperatorCapture, PytestRun, TestEnvironment
+from crcr_reuse.opcapture import read_lines, written_ids
 from django.db import connection, transaction
 from django.db.models import Q
 
@@ -104,7 +104,9 @@ def run_capture(
 ) -> tuple[list[dict[str, Any]], CaptureResult]:
     """Run the files under the capture (`only`: those tests; `known`: with `only`, the
     tests the inventory lists, a test none of them names running too); every line the
-    plugin wrote, and what it cost."""
+    plugin wrote, and what it cost. A process that dies (killed at `timeout`, or crashed)
+    after writing more lines is followed by one that leaves those tests out; one that dies
+    before its first line ends its files' capture (`lost_files`)."""
     workdir.mkdir(parents=True, exist_ok=True)
     keys = _key_file(workdir / "keys.txt", only)
     known_file = _key_file(workdir / "known.txt", known if only is not None else None)
@@ -112,32 +114,41 @@ def run_capture(
     out = workdir / "capture.jsonl"
     out.unlink(missing_ok=True)
     config = _all_tests_config(workdir, files) if device_module else None
+    capture = OperatorCapture(out, tree, keys, known_file)
     pytest = PytestRun(
         capture_environment(tree, workdir, device_module),
         tree,
         configs=[config] if config else [],
         rootdir=tree,
-        capture=OperatorCapture(out, tree, keys, known_file),
+        capture=capture,
         test_timeout=TEST_TIMEOUT if config else None,
         extra_args=["-o", "addopts="],
     )
+    # After the first process, each leaves out the tests already written: one that died
+    # (killed at `timeout`, or crashed) is started again where it stopped.
+    resumed = replace(pytest, capture=replace(capture, resume=True))
     batches: list[list[str]] = [list(files)]
     done_files: set[str] = set()
     while batches:
         batch = batches.pop(0)
         if progress:
             progress("operator index: running tests under capture", len(done_files), len(files))
-        result.processes += 1
+        before = len(written_ids(out))
         try:
-            completed = replace(pytest, files=batch).run(timeout=timeout)
+            command = resumed if result.processes else pytest
+            completed = replace(command, files=batch).run(timeout=timeout)
             died = completed.returncode not in (0, 1, 5)
         except subprocess.TimeoutExpired:
             died = True
+        result.processes += 1
         if died and len(batch) > 1:
             seen = {line.get("file") for line in read_lines(out)}
             batches += [[f] for f in batch if f not in seen or f == _last_file(out)]
             continue
-        if died:
+        if died and len(written_ids(out)) > before:
+            batches.insert(0, batch)  # it got on: the next process goes on from there
+            continue
+        if died:  # it died again before finishing a test: that test ends the file's capture
             result.lost_files += batch
         done_files |= set(batch)
     lines = read_lines(out)
@@ -155,18 +166,6 @@ def _all_tests_config(workdir: Path, files: Sequence[str]) -> Path:
     path = workdir / "capture-config.yaml"
     path.write_text(f"test_suite_config:\n  files:\n{entries}")
     return path
-
-
-def read_lines(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
-    lines = []
-    for raw in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        try:
-            lines.append(json.loads(raw))
-        except json.JSONDecodeError:
-            continue  # the last line of a killed process may be cut short
-    return lines
 
 
 def _last_file(path: Path) -> str | None:

@@ -212,6 +212,7 @@ class OperatorCapture:
     # With `keys`: the generic tests the source lists; a test none of them names (added
     # to its class at import) runs as well.
     known: Path | None = None
+    resume: bool = False  # leave out the tests `out` already holds a line for
 
 
 @dataclass(frozen=True)
@@ -297,6 +298,8 @@ class PytestRun:
                 command.append(f"--opcapture-keys={self.capture.keys}")
             if self.capture.known is not None:
                 command.append(f"--opcapture-known={self.capture.known}")
+            if self.capture.resume:
+                command.append("--opcapture-resume")
         command += [f"--junitxml={self.junit}"] if self.junit else []
         command += self.reuse_args()
         command += [f"--reuse-json={self.json_report}"] if self.json_report else []

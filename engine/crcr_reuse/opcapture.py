@@ -46,7 +46,7 @@ import pytest
 
 from . import repeated_checks, torch_harness
 from .devicetype import name_generated_tests
-from .names import test_names
+from .names import param_kwargs, test_names
 
 DEVICE_SUFFIX = re.compile(r"(CPU|CUDA|META|MPS|XPU|HPU|LAZY|PRIVATEUSE1|PRIVATEUSEONE)$")
 GRAPH_OP = re.compile(r"torch\.ops\.(\w+)\.(\w+)\.(\w+)")
@@ -69,6 +69,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "(tests a file adds to its classes at import, which no source scan lists)",
     )
     group.addoption(
+        "--opcapture-resume",
+        action="store_true",
+        help="leave out the tests --opcapture-out already holds a line for "
+        "(a process started again where one that died stopped)",
+    )
+    group.addoption(
         "--opcapture-root",
         metavar="DIR",
         help="paths in the output are relative to this folder (default: the rootdir)",
@@ -83,9 +89,28 @@ def pytest_configure(config: pytest.Config) -> None:
         wanted = set(Path(keys).read_text().split()) if keys else None
         known_file = config.getoption("--opcapture-known")
         known = set(Path(known_file).read_text().split()) if known_file else None
+        done = written_ids(Path(out)) if config.getoption("--opcapture-resume") else set()
         config.pluginmanager.register(
-            Capture(Path(out), Path(root), wanted, known), "crcr-opcapture"
+            Capture(Path(out), Path(root), wanted, known, done), "crcr-opcapture"
         )
+
+
+def read_lines(path: Path) -> list[dict[str, Any]]:
+    """The lines an output file holds (the last one of a killed process, cut short, left out)."""
+    if not path.exists():
+        return []
+    lines = []
+    for raw in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            lines.append(json.loads(raw))
+        except json.JSONDecodeError:
+            continue
+    return lines
+
+
+def written_ids(path: Path) -> set[str]:
+    """The node ids of the tests an output file holds a line for."""
+    return {line["node_id"] for line in read_lines(path) if "node_id" in line}
 
 
 def op_name(op: Any) -> str:
@@ -106,9 +131,14 @@ def graph_ops(text: str) -> set[str]:
 
 class Capture:
     def __init__(
-        self, out: Path, root: Path, wanted: set[str] | None = None, known: set[str] | None = None
+        self,
+        out: Path,
+        root: Path,
+        wanted: set[str] | None = None,
+        known: set[str] | None = None,
+        done: set[str] | frozenset[str] = frozenset(),
     ) -> None:
-        self.wanted, self.known = wanted, known
+        self.wanted, self.known, self.done = wanted, known, done
         out.parent.mkdir(parents=True, exist_ok=True)
         # Line-buffered: what a crashed process recorded before it died is kept.
         self.stream = open(out, "a", buffering=1, encoding="utf-8")  # noqa: SIM115
@@ -222,18 +252,24 @@ class Capture:
     def pytest_collection_modifyitems(
         self, config: pytest.Config, items: list[pytest.Item]
     ) -> None:
-        if self.wanted is None:
+        if self.wanted is None and not self.done:
             return
         kept: list[pytest.Item] = []
         dropped: list[pytest.Item] = []
         for item in items:
-            entry = self._describe(item)
-            key = f"{entry['file']}::{entry['class']}::{entry['test']}"
-            unknown = self.known is not None and key not in self.known
-            (kept if key in self.wanted or unknown else dropped).append(item)
+            (kept if self._runs(item) else dropped).append(item)
         if dropped:
             config.hook.pytest_deselected(items=dropped)
             items[:] = kept
+
+    def _runs(self, item: pytest.Item) -> bool:
+        if item.nodeid in self.done:
+            return False
+        if self.wanted is None:
+            return True
+        entry = self._describe(item)
+        key = f"{entry['file']}::{entry['class']}::{entry['test']}"
+        return key in self.wanted or (self.known is not None and key not in self.known)
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, Any, Any]:
@@ -293,7 +329,7 @@ class Capture:
         cls = getattr(item, "cls", None)
         fn = inspect.getattr_static(cls, item.name, None) if cls is not None else None
         fn = fn if fn is not None else getattr(item, "function", None)
-        params = _param_kwargs(fn)
+        params = param_kwargs(fn)
         op = params.get("op")
         module = params.get("module_info")
         dtype = params.get("dtype", params.get("dtypes"))
@@ -364,12 +400,6 @@ def _passes_uncaptured(item: pytest.Item) -> bool:
     except Exception:
         return False
     return True
-
-
-def _param_kwargs(fn: Any) -> dict[str, Any]:
-    defaults = getattr(fn, "__defaults__", None) or ()
-    first = defaults[0] if defaults else None
-    return first if isinstance(first, dict) else {}
 
 
 def _declared(op: Any) -> list[str]:

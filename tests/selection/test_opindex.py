@@ -165,3 +165,42 @@ def test_storing_the_capture_of_thousands_of_tests_named_one_by_one_replaces_the
 def test_graph_ops_reads_the_operators_of_a_logged_graph():
     text = 'sin: "f32[3]" = torch.ops.aten.sin.default(arg0_1)\nmul = torch.ops.aten.mul.Tensor(sin, 2)\nx = torch.ops.prims.convert_element_type.default(mul)'
     assert graph_ops(text) == {"sin.default", "mul.Tensor", "prims::convert_element_type.default"}
+
+
+# The first process dies in `test_b` (as one killed at the capture's time limit does); a
+# file beside the test says it already died once.
+DIES_ONCE = """import os
+import signal
+from pathlib import Path
+
+import torch
+from torch.testing._internal.common_utils import TestCase
+
+DIED = Path(__file__).with_name("died-once")
+
+
+class TestLong(TestCase):
+    def test_a(self):
+        self.assertEqual(torch.ones(2).sum().item(), 2.0)
+
+    def test_b(self):
+        if not DIED.exists():
+            DIED.write_text("")
+            os.kill(os.getpid(), signal.SIGKILL)
+        self.assertEqual(torch.zeros(2).sum().item(), 0.0)
+
+    def test_c(self):
+        self.assertEqual(torch.arange(3).sum().item(), 3)
+"""
+
+
+def test_a_capture_process_that_dies_partway_goes_on_where_it_stopped(tmp_path):
+    """A file whose capture outlives its process (test_ops.py's was killed at the hour's
+    limit with 15 of its 43 tests not run) loses no test and runs none twice."""
+    tree = write_tree(tmp_path / "tree", {"test/test_long.py": DIES_ONCE})
+    lines, result = opindex.run_capture(tree, ["test/test_long.py"], tmp_path / "work")
+    assert (tree / "test" / "died-once").exists()
+    assert result.lost_files == []
+    assert result.processes == 2
+    assert sorted(line["test"] for line in lines) == ["test_a", "test_b", "test_c"]
+    assert {line["outcome"] for line in lines} == {"passed"}
