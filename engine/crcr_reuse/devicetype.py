@@ -36,7 +36,7 @@ from typing import Any
 from .idlist import ShardFilter
 from .marking import PLACEHOLDER_VARIANTS
 from .matching import Rules, VariantFilter
-from .names import GENERIC, dtype_name, flat, op_names
+from .names import GENERIC, dtype_name, flat, op_names, opinfo
 
 ONLY_FOR_ENV = "PYTORCH_TESTING_DEVICE_ONLY_FOR"
 
@@ -313,7 +313,7 @@ def _tolerances(
 
 
 def _with_tolerances(variant: Any, params: dict[str, Any], filters: VariantFilter) -> Any:
-    op = params.get("op")
+    op = opinfo(params)
     names = op_names(op) if op is not None else ()
     dtypes = [d for d in flat(params.get("dtype", params.get("dtypes"))) if d is not None]
     overrides = _tolerances(variant, dtypes, filters, names)
@@ -325,7 +325,7 @@ def _with_tolerances(variant: Any, params: dict[str, Any], filters: VariantFilte
 
 
 def _variant_allowed(params: dict[str, Any], filters: VariantFilter) -> bool:
-    op = params.get("op")
+    op = opinfo(params)
     names = op_names(op) if op is not None else ()
     if op is not None and not filters.op_allowed(names):
         return False

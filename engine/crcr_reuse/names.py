@@ -58,6 +58,13 @@ def param_kwargs(fn: Any) -> dict[str, Any]:
     return defaults[0] if defaults and isinstance(defaults[0], dict) else {}
 
 
+def opinfo(params: dict[str, Any]) -> Any:
+    """The OpInfo an `@ops` test runs, or None: a parameter named `op` may be something
+    else (test_ops.py's TestRefsOpsInfo: `@parametrize("op", ref_ops_names)`, names)."""
+    op = params.get("op")
+    return op if hasattr(type(op), "full_name") else None
+
+
 def flat(value: Any) -> tuple[Any, ...]:
     """A dtype, or a test's several (`dtypes`), as a tuple."""
     return tuple(value) if isinstance(value, (list, tuple)) else (value,)

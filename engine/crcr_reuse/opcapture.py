@@ -46,7 +46,7 @@ import pytest
 
 from . import repeated_checks, torch_harness
 from .devicetype import name_generated_tests
-from .names import param_kwargs, test_names
+from .names import opinfo, param_kwargs, test_names
 
 DEVICE_SUFFIX = re.compile(r"(CPU|CUDA|META|MPS|XPU|HPU|LAZY|PRIVATEUSE1|PRIVATEUSEONE)$")
 GRAPH_OP = re.compile(r"torch\.ops\.(\w+)\.(\w+)\.(\w+)")
@@ -330,7 +330,7 @@ class Capture:
         fn = inspect.getattr_static(cls, item.name, None) if cls is not None else None
         fn = fn if fn is not None else getattr(item, "function", None)
         params = param_kwargs(fn)
-        op = params.get("op")
+        op = opinfo(params)
         module = params.get("module_info")
         dtype = params.get("dtype", params.get("dtypes"))
         class_name = cls.__name__ if cls is not None else ""

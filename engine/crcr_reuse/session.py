@@ -30,7 +30,7 @@ from .labels import parse_selection
 from .loader import ConfigError, load_configs
 from .marking import PLACEHOLDER_VARIANTS, Marking
 from .matching import Decision, Rules
-from .names import dtype_name, flat, op_names, param_kwargs, test_names
+from .names import dtype_name, flat, op_names, opinfo, param_kwargs, test_names
 from .report import JsonReport, summary_lines
 from .static_scan import DEVICE_SUFFIX as DEVICE_CLASS
 from .timeouts import time_limit
@@ -278,7 +278,7 @@ class ReuseSession:
         params = param_kwargs(fn)
         if not params:
             return Target(path, decision, test)
-        op, module = params.get("op"), params.get("module_info")
+        op, module = opinfo(params), params.get("module_info")
         dtypes = tuple(
             dtype_name(d) for d in flat(params.get("dtype", params.get("dtypes"))) if d is not None
         )

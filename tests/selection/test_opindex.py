@@ -204,3 +204,31 @@ def test_a_capture_process_that_dies_partway_goes_on_where_it_stopped(tmp_path):
     assert result.processes == 2
     assert sorted(line["test"] for line in lines) == ["test_a", "test_b", "test_c"]
     assert {line["outcome"] for line in lines} == {"passed"}
+
+
+# test_ops.py's TestRefsOpsInfo: a device-type test whose parameter named `op` is a name,
+# not an OpInfo.
+NAMED_OPS = """import torch
+from torch.testing._internal.common_device_type import instantiate_device_type_tests
+from torch.testing._internal.common_utils import TestCase, parametrize
+
+
+class TestNamedOps(TestCase):
+    @parametrize("op", ["abs", "neg"])
+    def test_named(self, device, op):
+        x = torch.ones(2, device=device)
+        self.assertEqual(getattr(torch, op)(x).abs().sum().item(), 2.0)
+
+
+instantiate_device_type_tests(TestNamedOps, globals(), only_for="cpu")
+"""
+
+
+def test_a_parameter_named_op_that_is_no_opinfo_is_captured_as_a_plain_test(tmp_path):
+    tree = write_tree(tmp_path / "tree", {"test/test_named.py": NAMED_OPS})
+    lines, _ = opindex.run_capture(tree, ["test/test_named.py"], tmp_path / "work")
+    assert [(line["test"], line["outcome"], line["opinfo"]) for line in lines] == [
+        ("test_named", "passed", ""),
+        ("test_named", "passed", ""),
+    ]
+    assert {"abs.default", "neg.default"} <= {op for line in lines for op in line["ops"]}
