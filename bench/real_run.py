@@ -1,7 +1,7 @@
 """Bench: one real upstream test file through crcr end to end, as a backend team runs it.
 
     TORCH_ROOT=/folder/holding/test DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres \
-        .venv/bin/python bench/real_run.py --file test_view_ops.py [--workers 1]
+        .venv/bin/python bench/real_run.py --file test_view_ops.py [--workers 1] [--decisions F]
 
 In a scratch tree holding only that file of $TORCH_ROOT/test (and the local shim
 `conftest.py` beside it), a database of its own (created on DATABASE_URL's server and
@@ -14,6 +14,8 @@ queues `default`, `device` and `relay`), with the reference device:
    a local stand-in upstream clone) through the intake, the gate, the trigger and
    planning; its shards on the workers; results stored;
 3. the HUD: the run's callbacks delivered to the relay simulator.
+With --decisions F, the selection's decisions are also written to F (JSON), for
+`selection_quality.py --decisions F` to measure them without selecting again.
 Printed: each phase's wall time, the selection's proposals, the run's shards with their
 durations, results per outcome, the HUD callbacks delivered. Exit 1 when a phase fails.
 """
@@ -21,6 +23,7 @@ durations, results per outcome, the HUD callbacks delivered. Exit 1 when a phase
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import signal
@@ -95,8 +98,9 @@ def wait(what: str, done, timeout: float, every: float = 1.0) -> float:
     return time.monotonic() - clock
 
 
-def select(backend, name: str, timeout: float) -> tuple[float, str]:
-    """The selection on the workers; its decisions as config v2. (seconds, proposals)"""
+def select(backend, name: str, timeout: float, keep: Path | None) -> tuple[float, str]:
+    """The selection on the workers; its decisions as config v2 (and, with `keep`, as JSON
+    that `selection_quality.py --decisions` measures). (seconds, proposals)"""
     from selection import configwriter, pipeline
     from selection.models import ConfigVersion, SelectionRun
     from selection.tasks import run_selection
@@ -111,6 +115,9 @@ def select(backend, name: str, timeout: float) -> tuple[float, str]:
     seconds = wait("the selection", finished, timeout)
     if run.status != SelectionRun.Status.DONE:
         raise SystemExit(f"the selection ended {run.status}: {run.error[-3000:]}")
+    if keep is not None:
+        kept = {key: run.summary[key] for key in ("decisions", "stage1")}
+        keep.write_text(json.dumps(kept))
     decisions = []
     for d in run.summary["decisions"]:
         path, cls, test = d["test"].split("::")
@@ -207,6 +214,9 @@ def main() -> int:
     parser.add_argument("--file", required=True, help="a file of $TORCH_ROOT/test")
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--timeout", type=float, default=3600)
+    parser.add_argument(
+        "--decisions", type=Path, help="write the selection's decisions here (JSON)"
+    )
     args = parser.parse_args()
     if not os.environ.get("TORCH_ROOT") or not os.environ.get("DATABASE_URL"):
         raise SystemExit("set TORCH_ROOT (a folder holding test/) and DATABASE_URL (PostgreSQL)")
@@ -230,7 +240,7 @@ def main() -> int:
         simulator = main_job.relay_simulator(backend)
         workers = start_workers(args.workers, SCRATCH, "default,device,relay")
         try:
-            seconds, proposals = select(backend, args.file, args.timeout)
+            seconds, proposals = select(backend, args.file, args.timeout, args.decisions)
             print(f"selection on {args.workers} worker(s): {seconds:.0f} s; proposed {proposals}")
             seconds, runs = real_run(backend, args.timeout)
             print(f"dispatch to finished run: {seconds:.0f} s")

@@ -26,6 +26,9 @@ Printed, per generic test and per generated variant:
 Then use case A: enabling `--op` lists the tests waiting on it from the index,
 and the bench checks, with its own device runs, that the proposals are exactly
 the waiting tests that pass once the op is enabled (and fail without it).
+With --decisions F (written by `real_run.py --decisions F` on the same file), the
+pipeline does not run again: those decisions are measured (use case A is then left out,
+as it needs the pipeline's operator index).
 Also printed: the PTS-style figure, the share of the device's failing variants that
 the config still runs (any mode but skip) against the share of all variants it runs.
 Exit status 1 when a target is missed.
@@ -34,6 +37,7 @@ Exit status 1 when a target is missed.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
 import shutil
@@ -127,7 +131,11 @@ def main() -> int:
     parser.add_argument("--sample", type=int, default=2000, help="variants a sample holds")
     parser.add_argument("--seed", type=int, default=34, help="the sample's random seed")
     parser.add_argument("--no-op", action="store_true", help="leave use case A out")
+    parser.add_argument(
+        "--decisions", type=Path, help="measure these decisions (real_run.py --decisions F)"
+    )
     args = parser.parse_args()
+    args.no_op = args.no_op or args.decisions is not None
     started = time.monotonic()
     global PRECISION, RECALL
     tree = Path(os.environ.get("TORCH_ROOT") or ROOT / "tests" / "upstream").resolve()
@@ -153,13 +161,19 @@ def main() -> int:
         backend=backend, number=1, yaml_text=parent, sha256=ConfigVersion.hash_text(parent)
     )
     print(f"tree {tree}; scratch {SCRATCH}")
-    run = pipeline.run_for_backend(backend, tree, progress=Bar())
-    decisions = {as_key(d["test"]): d for d in run.summary["decisions"]}
+    if args.decisions:
+        summary = json.loads(args.decisions.read_text())
+        print(f"pipeline: {len(summary['decisions'])} decisions read from {args.decisions}")
+    else:
+        summary = pipeline.run_for_backend(backend, tree, progress=Bar()).summary
+        print(
+            f"\npipeline: {len(summary['decisions'])} decisions in {sum(summary['seconds'].values()):.0f} s"
+        )
+    decisions = {as_key(d["test"]): d for d in summary["decisions"]}
     KNOWN.extend(decisions)
     caps = for_backend(parent, backend.device_module)
-    print(f"\npipeline: {len(decisions)} decisions in {sum(run.summary['seconds'].values()):.0f} s")
 
-    files = sorted({key[0] for key in decisions} | set(run.summary["stage1"]["excluded"]))
+    files = sorted({key[0] for key in decisions} | set(summary["stage1"]["excluded"]))
     every_test = configwriter.every_test(parent, files)
     collected = device_ids(tree, every_test, backend, caps, "truth")
     every_id = collected[1]
