@@ -4,7 +4,7 @@ from typing import Any
 
 from crcr_reuse.yaml_limits import MAX_BYTES
 from django import forms
-from django.db import connection
+from django.db import connection, models
 from django.db.models import Exists, OuterRef, Q, QuerySet, Subquery
 
 from runs.forms import WindowForm
@@ -237,6 +237,13 @@ class ConfigViewForm(forms.Form):
     )
 
 
+def https_urls(field: models.Field, **kwargs: Any) -> forms.Field | None:
+    """A model URL field's form field reads a bare host as https (Django 6's default)."""
+    if isinstance(field, models.URLField):
+        kwargs["assume_scheme"] = "https"
+    return field.formfield(**kwargs)
+
+
 class OnboardingForm(forms.ModelForm):
     """A backend's profile and its first config file (the admin-only onboarding page)."""
 
@@ -253,6 +260,7 @@ class OnboardingForm(forms.ModelForm):
             "tracked_release", "participation", "relay_url", "relay_mode", "relay_sender",
             "relay_token",
         ]  # fmt: skip
+        formfield_callback = https_urls
 
     def clean_config(self) -> Any:
         """A file past the YAML size limit is refused before it is read."""

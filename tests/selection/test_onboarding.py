@@ -102,13 +102,15 @@ def test_the_page_is_for_admins_and_adds_a_backend_from_a_spyre_config(client):
     client.force_login(make_user("ada", role="admin"))
     page = client.get("/backends/new/").content.decode()
     assert "Add a backend" in page and 'type="file"' in page
-    done = client.post("/backends/new/", FORM | {"config": upload(SPYRE), "config_format": "spyre"})
+    sent = FORM | {"config": upload(SPYRE), "config_format": "spyre", "relay_url": "relay.example"}
+    done = client.post("/backends/new/", sent)
     assert done.status_code == 201
     html = done.content.decode()
     assert "Backend <code>spyre</code> created with config v1" in html
     assert "edits.ops.include" in html and 'href="/configs/spyre/"' in html
     version = ConfigVersion.objects.get(backend__slug="spyre")
     assert version.created_by.username == "ada"
+    assert version.backend.relay_url == "https://relay.example"  # a bare host is https
 
 
 def test_the_page_shows_each_problem_next_to_its_field_and_saves_nothing(client):
