@@ -142,7 +142,10 @@ class Executor:
                             node_id, "error", message="not collected: unknown test id"
                         )
                 break
-            culprit = process.progress.unfinished() or next(i for i in pending if i not in results)
+            unreported = [i for i in pending if i not in results]
+            culprit = process.progress.unfinished() or next(iter(unreported), None)
+            if culprit is None:  # it died once every test had ended (at exit, or timed out then)
+                break
             results[culprit] = self._pin(culprit)
             pending = [i for i in pending if i not in results]
         return results

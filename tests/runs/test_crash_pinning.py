@@ -202,6 +202,24 @@ def test_a_silent_test_is_a_test_hang_not_a_silent_process(tmp_path):
     assert final == {"test_quiet.py::test_one": "timed_out", "test_quiet.py::test_two": "passed"}
 
 
+def test_a_process_that_dies_after_its_last_test_keeps_every_outcome(tmp_path):
+    """A crash or a shard timeout once every test has ended (a segfault in the session's
+    teardown, a loaded host) blames no test: each keeps the outcome it reported."""
+    conftest = """
+        import os
+        import signal
+
+        def pytest_sessionfinish(session):
+            os.kill(os.getpid(), signal.SIGSEGV)
+    """
+    tests = "def test_one():\n    pass\n\ndef test_two():\n    assert False\n"
+    spec = silent_tree(tmp_path, conftest, tests)
+    executor = Executor(spec, should_retry=lambda r: False)
+    final = {r.node_id: r.outcome for r in executor.run()}
+    assert final == {"test_quiet.py::test_one": "passed", "test_quiet.py::test_two": "failed"}
+    assert executor.processes == 1  # nothing to pin alone
+
+
 POISONING = textwrap.dedent(
     """
     import os
