@@ -10,7 +10,8 @@ Steps:
 2. if the process died by a signal or timed out, the test that started and
    never finished is the culprit: it is re-run alone to confirm, then recorded
    as `crashed` / `timed_out`; the ids not reported yet go to a fresh process
-   and the loop continues until every id has an outcome;
+   and the loop continues until every id has an outcome (a process that dies once every
+   id has ended, at its exit, blames no test);
    a process silent while no test runs (`quiet_timeout`: nothing on its output and
    nothing in its progress log; stuck importing, collecting, loading the device, or
    between two tests) is killed and raises `ProcessSilent`: no test is to blame;
