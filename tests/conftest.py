@@ -3,6 +3,7 @@
 import os
 import shutil
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -125,9 +126,28 @@ def empty_cache() -> None:
 
 
 @pytest.fixture
-def celery_worker(celery_worker_session: Any, transactional_db: Any) -> Any:
-    """The session worker, with a database whose commits the worker's thread can see."""
-    return celery_worker_session
+def celery_worker(celery_worker_session: Any, transactional_db: Any) -> Iterator[Any]:
+    """The session worker, with a database whose commits the worker's thread can see.
+    A test may end while tasks it started still run (a run planning its shards): the
+    database is emptied only once the worker has been idle a moment, or after a minute,
+    so no task of this test writes between the flush's deletes or into the next test."""
+    yield celery_worker_session
+    wait_until_idle()
+
+
+def wait_until_idle(timeout: float = 60.0, quiet_for: float = 0.3) -> None:
+    """Wait until the in-process worker has run no task for `quiet_for` seconds (a task
+    that sends another leaves a short gap between them), at most `timeout` seconds."""
+    from celery.worker import state
+
+    deadline = time.monotonic() + timeout
+    quiet_since = time.monotonic()
+    while time.monotonic() < deadline:
+        if state.active_requests or state.reserved_requests:
+            quiet_since = time.monotonic()
+        elif time.monotonic() - quiet_since >= quiet_for:
+            return
+        time.sleep(0.05)
 
 
 @pytest.fixture
