@@ -132,6 +132,41 @@ def test_crashes_and_hangs_are_skipped_and_other_failures_xfailed():
     assert other.mode == "xfail" and other.reason.endswith("ValueError: bad shape")
 
 
+def test_only_the_opinfos_that_fail_otherwise_are_dropped_and_the_test_stays_required():
+    """Found on test_ops.py: `test_python_ref_errors` passes on 124 of its 138 OpInfos and
+    fails on `_refs.where` alone (the device's error message differs from the CPU's);
+    stage 4 made the whole test xfail, so its 124 passing variants counted as misses."""
+    message = 'Exception: "Expected all tensors to be on the same device" does not match "Tensor on device privateuseone:0 is not on the expected device cpu!"'
+    one = correct("mandatory_success", {}, seen(
+        record("test_a__refs_where_float32", "failed", message, op="_refs.where"),
+        record("test_a__refs_abs_float32", "passed", op="_refs.abs"),
+        record("test_a__refs_add_float32", "passed", op="_refs.add"),
+    ))  # fmt: skip
+    assert one.mode == "mandatory_success"
+    assert one.edits == {"ops": {"exclude": [{"name": "_refs.where"}]}}
+    assert one.reason.startswith("drops OpInfo _refs.where: it fails on the device (Exception:")
+    # A large mismatch or a crash in one OpInfo drops it too; in every OpInfo, the test goes.
+    crashed = correct("mandatory_success", {}, seen(
+        record("test_a_abs_float32", "crashed", "killed by signal SIGSEGV (11)", op="abs"),
+        record("test_a_sin_float32", "failed", MISMATCH.format(abs=0.5, rel=0.5), op="sin"),
+        record("test_a_add_float32", "passed", op="add"),
+    ))  # fmt: skip
+    assert (
+        crashed.mode == "mandatory_success" and "drops OpInfo abs, sin: they fail" in crashed.reason
+    )
+    everywhere = correct("mandatory_success", {}, seen(
+        record("test_a_abs_float32", "failed", "ValueError: bad shape", op="abs"),
+        record("test_a_sin_float32", "failed", "ValueError: bad shape", op="sin"),
+    ))  # fmt: skip
+    assert everywhere.mode == "xfail"
+    # A small mismatch in one OpInfo still gets a tolerance, not a drop.
+    small = correct("mandatory_success", {}, seen(
+        record("test_a_sin_float32", "failed", MISMATCH.format(abs="0.0001", rel="0.0001"), op="sin"),
+        record("test_a_add_float32", "passed", op="add"),
+    ))  # fmt: skip
+    assert small.mode == "mandatory_success" and "tolerance" in small.reason
+
+
 def test_a_pass_on_retry_is_flaky():
     flaky = correct("mandatory_success", {}, seen(
         record("test_a_float32", "failed", "AssertionError: 1 != 2"),
