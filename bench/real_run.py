@@ -15,7 +15,9 @@ queues `default`, `device` and `relay`), with the reference device:
    planning; its shards on the workers; results stored;
 3. the HUD: the run's callbacks delivered to the relay simulator.
 With --decisions F, the selection's decisions are also written to F (JSON), for
-`selection_quality.py --decisions F` to measure them without selecting again.
+`selection_quality.py --decisions F` to measure them without selecting again; with
+--approved F the selection is not run: F's decisions become config v2 and the run starts
+(test_ops.py's selection alone takes over two hours of both cores).
 Printed: each phase's wall time, the selection's proposals, the run's shards with their
 durations, results per outcome, the HUD callbacks delivered. Exit 1 when a phase fails.
 """
@@ -101,8 +103,8 @@ def wait(what: str, done, timeout: float, every: float = 1.0) -> float:
 def select(backend, name: str, timeout: float, keep: Path | None) -> tuple[float, str]:
     """The selection on the workers; its decisions as config v2 (and, with `keep`, as JSON
     that `selection_quality.py --decisions` measures). (seconds, proposals)"""
-    from selection import configwriter, pipeline
-    from selection.models import ConfigVersion, SelectionRun
+    from selection import pipeline
+    from selection.models import SelectionRun
     from selection.tasks import run_selection
 
     run = pipeline.start_run(backend, SelectionRun.Kind.SELECT)
@@ -118,17 +120,7 @@ def select(backend, name: str, timeout: float, keep: Path | None) -> tuple[float
     if keep is not None:
         kept = {key: run.summary[key] for key in ("decisions", "stage1")}
         keep.write_text(json.dumps(kept))
-    decisions = []
-    for d in run.summary["decisions"]:
-        path, cls, test = d["test"].split("::")
-        decisions.append(configwriter.Decision(path, cls, test, d["mode"], d["reason"], d["edits"]))
-    parent = pipeline.current_config(backend)
-    text = configwriter.standalone(parent, decisions)
-    ConfigVersion.objects.create(
-        backend=backend, number=2, yaml_text=text, sha256=ConfigVersion.hash_text(text),
-        message=f"the selection's decisions on {name}, all approved",
-    )  # fmt: skip
-    modes = Counter(d.mode for d in decisions)
+    proposals = approve(backend, run.summary["decisions"], name)
     summary = run.summary
     capture, stage4 = summary.get("capture") or {}, summary.get("stage4") or {}
     laps = ", ".join(f"{stage} {took:.0f} s" for stage, took in summary["seconds"].items())
@@ -138,7 +130,26 @@ def select(backend, name: str, timeout: float, keep: Path | None) -> tuple[float
         f"{stage4.get('ran')} variants of {stage4.get('tests')} tests, corrected "
         f"{stage4.get('corrected', 0)}; {run.chunks.count()} chunks; stages: {laps}"
     )
-    return seconds, ", ".join(f"{mode} {count}" for mode, count in sorted(modes.items()))
+    return seconds, proposals
+
+
+def approve(backend, decisions: list[dict], name: str) -> str:
+    """The decisions as the backend's config v2, as a reviewer approving them all would
+    make it; their count per mode."""
+    from selection import configwriter, pipeline
+    from selection.models import ConfigVersion
+
+    chosen = []
+    for d in decisions:
+        path, cls, test = d["test"].split("::")
+        chosen.append(configwriter.Decision(path, cls, test, d["mode"], d["reason"], d["edits"]))
+    text = configwriter.standalone(pipeline.current_config(backend), chosen)
+    ConfigVersion.objects.create(
+        backend=backend, number=2, yaml_text=text, sha256=ConfigVersion.hash_text(text),
+        message=f"the selection's decisions on {name}, all approved",
+    )  # fmt: skip
+    modes = Counter(d.mode for d in chosen)
+    return ", ".join(f"{mode} {count}" for mode, count in sorted(modes.items()))
 
 
 def real_run(backend, timeout: float) -> tuple[float, list]:
@@ -217,6 +228,11 @@ def main() -> int:
     parser.add_argument(
         "--decisions", type=Path, help="write the selection's decisions here (JSON)"
     )
+    parser.add_argument(
+        "--approved",
+        type=Path,
+        help="skip the selection: run with these decisions (a file --decisions wrote)",
+    )
     args = parser.parse_args()
     if not os.environ.get("TORCH_ROOT") or not os.environ.get("DATABASE_URL"):
         raise SystemExit("set TORCH_ROOT (a folder holding test/) and DATABASE_URL (PostgreSQL)")
@@ -240,8 +256,16 @@ def main() -> int:
         simulator = main_job.relay_simulator(backend)
         workers = start_workers(args.workers, SCRATCH, "default,device,relay")
         try:
-            seconds, proposals = select(backend, args.file, args.timeout, args.decisions)
-            print(f"selection on {args.workers} worker(s): {seconds:.0f} s; proposed {proposals}")
+            if args.approved:
+                proposals = approve(
+                    backend, json.loads(args.approved.read_text())["decisions"], args.file
+                )
+                print(f"selection: not run; {args.approved}'s decisions: {proposals}")
+            else:
+                seconds, proposals = select(backend, args.file, args.timeout, args.decisions)
+                print(
+                    f"selection on {args.workers} worker(s): {seconds:.0f} s; proposed {proposals}"
+                )
             seconds, runs = real_run(backend, args.timeout)
             print(f"dispatch to finished run: {seconds:.0f} s")
             seconds = delivered(runs)
