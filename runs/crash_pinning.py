@@ -136,19 +136,18 @@ class Executor:
         while pending:
             process = self.run_pytest(pending, self.spec.timeout)
             results.update({k: v for k, v in process.records.items() if k in pending})
+            pending = [i for i in pending if i not in results]
             if not process.died:
                 for node_id in pending:
-                    if node_id not in results:
-                        results[node_id] = TestRecord(
-                            node_id, "error", message="not collected: unknown test id"
-                        )
+                    results[node_id] = TestRecord(
+                        node_id, "error", message="not collected: unknown test id"
+                    )
                 break
-            unreported = [i for i in pending if i not in results]
-            culprit = process.progress.unfinished() or next(iter(unreported), None)
+            culprit = process.progress.unfinished() or next(iter(pending), None)
             if culprit is None:  # it died once every test had ended (at exit, or timed out then)
                 break
             results[culprit] = self._pin(culprit)
-            pending = [i for i in pending if i not in results]
+            pending = [i for i in pending if i != culprit]
         return results
 
     def _pin(self, node_id: str) -> TestRecord:
