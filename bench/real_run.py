@@ -234,6 +234,8 @@ def main() -> int:
         help="skip the selection: run with these decisions (a file --decisions wrote)",
     )
     args = parser.parse_args()
+    # Stopped by SIGTERM (or SIGINT, which a background job ignores): clean up all the same.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit("stopped by SIGTERM"))
     if not os.environ.get("TORCH_ROOT") or not os.environ.get("DATABASE_URL"):
         raise SystemExit("set TORCH_ROOT (a folder holding test/) and DATABASE_URL (PostgreSQL)")
     source = Path(os.environ["TORCH_ROOT"]).resolve() / "test" / args.file
