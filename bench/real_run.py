@@ -139,10 +139,7 @@ def approve(backend, decisions: list[dict], name: str) -> str:
     from selection import configwriter, pipeline
     from selection.models import ConfigVersion
 
-    chosen = []
-    for d in decisions:
-        path, cls, test = d["test"].split("::")
-        chosen.append(configwriter.Decision(path, cls, test, d["mode"], d["reason"], d["edits"]))
+    chosen = pipeline.config_decisions(decisions)
     text = configwriter.standalone(pipeline.current_config(backend), chosen)
     ConfigVersion.objects.create(
         backend=backend, number=2, yaml_text=text, sha256=ConfigVersion.hash_text(text),

@@ -187,10 +187,7 @@ def main() -> int:
     else:
         print(f"ground truth: every one of the {len(every_id)} device variants")
     truth = device_outcomes(tree, every_test, backend, caps, "truth", keep, collected)
-    chosen = [
-        configwriter.Decision(key[0], key[1], key[2], d["mode"], d["reason"], d["edits"])
-        for key, d in decisions.items()
-    ]
+    chosen = pipeline.config_decisions(decisions.values())
     verified = device_outcomes(
         tree, configwriter.standalone(parent, chosen), backend, caps, "verify", keep
     )

@@ -457,6 +457,15 @@ def decisions_summary(decisions: Iterable[Decision]) -> list[dict[str, Any]]:
     ]
 
 
+def config_decisions(summary: Iterable[dict[str, Any]]) -> list[configwriter.Decision]:
+    """A summary's decisions (`decisions_summary`'s form) as the config writes them."""
+    decisions = []
+    for d in summary:
+        path, cls, name = d["test"].split("::")
+        decisions.append(configwriter.Decision(path, cls, name, d["mode"], d["reason"], d["edits"]))
+    return decisions
+
+
 def keys_in(paths: Sequence[str], snapshot: InventorySnapshot) -> list[Key]:
     wanted = set(paths)
     return [key for key in snapshot.test_hashes() if key[0] in wanted]

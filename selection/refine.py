@@ -42,7 +42,8 @@ Progress = Callable[[str, int, int], None]
 PASSING = ("passed", "xpassed")
 FAILING = ("failed", "error", "crashed", "timed_out", "xpassed_strict")
 DEVICE_SUFFIX = re.compile(r"(PRIVATEUSE1|PRIVATEUSEONE)$")
-NO_RETRY = {"unsupported_op", "unsupported_dtype", "test_error", "crash", "timeout"}
+UNSUPPORTED = {"unsupported_op", "unsupported_dtype"}
+NO_RETRY = UNSUPPORTED | {"test_error", "crash", "timeout"}
 TEST_TIMEOUT = 60.0
 # A numerical mismatch this small becomes a tolerance edit rather than an xfail.
 TOLERABLE = 1e-3
@@ -345,11 +346,7 @@ def _from_failures(mode: str, edits: dict[str, Any], seen: Observed) -> Correcti
     if partial_opinfos:
         return _drop_variants(edits, failures, bad_opinfos)
     bad_dtypes = {f["dtype"] for f in failures if f["dtype"]}
-    if (
-        categories <= {"unsupported_op", "unsupported_dtype"}
-        and bad_dtypes
-        and len(bad_dtypes) < len(seen.dtypes)
-    ):
+    if categories <= UNSUPPORTED and bad_dtypes and len(bad_dtypes) < len(seen.dtypes):
         return Correction(
             "mandatory_success",
             f"drops dtype {', '.join(sorted(bad_dtypes))}: the device fails it "
@@ -380,8 +377,8 @@ def _drop_variants(
 ) -> Correction:
     """Keep the test required without the OpInfos (modules) that failed on the device."""
     kind, what = exclusion_kind(bad)
-    unsupported = [f for f in failures if f["category"] in ("unsupported_op", "unsupported_dtype")]
-    others = [f for f in failures if f not in unsupported]
+    unsupported = [f for f in failures if f["category"] in UNSUPPORTED]
+    others = [f for f in failures if f["category"] not in UNSUPPORTED]
     if unsupported:
         ops = sorted(
             {f["op"] for f in unsupported if f["category"] == "unsupported_op" and f["op"]}

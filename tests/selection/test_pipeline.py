@@ -116,6 +116,16 @@ def test_the_pipeline_leaves_device_checked_proposals_in_the_review_queue(tmp_pa
     # The config already says xfail for test_wrong, and the device agrees: nothing to review.
     assert "test_wrong" not in proposals
     assert CapturedTest.objects.get(test_name="test_add").variants == 1
+    # The run's summary keeps every decision as the config would write it.
+    kept = {d.test_name: d for d in pipeline.config_decisions(summary["decisions"])}
+    assert (kept["test_addcmul"].file_path, kept["test_addcmul"].class_name) == (
+        "test/test_tiny.py",
+        "TestTiny",
+    )
+    assert (kept["test_addcmul"].mode, kept["test_addcmul"].reason) == (
+        "xfail",
+        proposals["test_addcmul"].reason,
+    )
 
     # Approved proposals make a config that loads, and changes only their entries.
     reviewer = make_user("rita", "reviewer")
