@@ -8,7 +8,9 @@ With --file, the tree is a scratch copy holding only that file of $TORCH_ROOT's 
 issue 34's: precision 100 %, recall >= 95 %. Ground truth runs every device variant
 of the file up to --limit (5,000); over it, a fixed random sample of --sample (2,000)
 variants drawn with --seed (34, printed), and the verification runs the decisions'
-variants within that sample: every figure is then over the sample.
+variants within that sample: every figure is then over the sample. A test none of whose
+drawn variants its decision keeps (none drawn, or only OpInfos it drops) is outside the
+sample; one whose decision keeps no variant at all fails precision ("nothing ran").
 
 On the bundled upstream-style tree (or $TORCH_ROOT) with the reference device
 (its default operator set, the tree's planted faults, a fresh flaky counter),
@@ -62,7 +64,7 @@ import django  # noqa: E402
 
 django.setup()
 
-from crcr_reuse.outcomes import canonical  # noqa: E402
+from crcr_reuse.outcomes import TestRecord, canonical  # noqa: E402
 from django.core.management import call_command  # noqa: E402
 
 from runs.models import Backend  # noqa: E402
@@ -187,16 +189,27 @@ def main() -> int:
     else:
         print(f"ground truth: every one of the {len(every_id)} device variants")
     truth = device_outcomes(tree, every_test, backend, caps, "truth", keep, collected)
-    chosen = pipeline.config_decisions(decisions.values())
-    verified = device_outcomes(
-        tree, configwriter.standalone(parent, chosen), backend, caps, "verify", keep
-    )
+    text = configwriter.standalone(parent, pipeline.config_decisions(decisions.values()))
+    kept = device_ids(tree, text, backend, caps, "verify")
+    verified = device_outcomes(tree, text, backend, caps, "verify", keep, kept)
 
     mandatory = [key for key, d in decisions.items() if d["mode"] == "mandatory_success"]
-    if keep is not None:  # a test none of whose variants was drawn is outside the sample
-        outside = [key for key in mandatory if key not in truth]
-        mandatory = [key for key in mandatory if key in truth]
-        print(f"{len(outside)} mandatory_success tests have no variant in the sample")
+    if keep is not None:
+        # Outside the sample: a test none of whose variants was drawn, or none of whose
+        # drawn variants its decision keeps (it drops those OpInfos); a test the config
+        # keeps no variant of at all stays in, and fails ("nothing ran").
+        anywhere = {refine.generic_key(TestRecord(i, ""), tree, KNOWN) for i in kept[1]}
+        outside = [
+            key
+            for key in mandatory
+            if key not in truth or (key in anywhere and key not in verified)
+        ]
+        dropped = sum(key in truth for key in outside)
+        mandatory = [key for key in mandatory if key not in outside]
+        print(
+            f"{len(outside)} mandatory_success tests have no variant in the sample "
+            f"({dropped} of them only variants their decision drops)"
+        )
     good = [key for key in mandatory if passing(verified.get(key, []))]
     passes = [key for key, rows in truth.items() if passing(rows)]
     recalled = [key for key in passes if decisions.get(key, {}).get("mode") == "mandatory_success"]

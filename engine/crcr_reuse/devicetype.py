@@ -394,11 +394,11 @@ def _filtered_ops(owner: Any, filters: VariantFilter) -> list[Any]:
 
     kept = [op for op in owner.op_list if filters.op_allowed(op_names(op))]
     present = {n for op in owner.op_list for n in op_names(op)}
-    missing = [name for name in filters.include_ops if name not in present]
+    missing = {name for name in filters.include_ops if name not in present}
     if missing:
         from torch.testing._internal.common_methods_invocations import op_db
 
-        kept += [op for op in op_db if op.name in missing or op.full_name in missing]
+        kept += [op for op in op_db if not missing.isdisjoint(op_names(op))]
     if owner.opinfo_dtypes == OpDTypes.supported and filters.extra_dtypes:
         kept = [_with_extra_dtypes(op, filters.extra_dtypes) for op in kept]
     return kept

@@ -40,6 +40,7 @@ from .schema import (
     Selection,
     TestEntry,
     canonical_dtype,
+    config_op_name,
     is_regex,
 )
 from .yaml_limits import YamlLimitError, check
@@ -459,8 +460,9 @@ class _Reader:
         tags = self._tags(fields["tags"]) if "tags" in fields else ()
         if name is None:
             return None
-        name = name.removeprefix("torch.")
-        return OpSpec(name, self.pos(node), dtypes, force, tags, self._description(fields))
+        return OpSpec(
+            config_op_name(name), self.pos(node), dtypes, force, tags, self._description(fields)
+        )
 
     def _module(self, node: yaml.Node, where: str) -> ModuleSpec | None:
         return read_module(self, node, where)  # custom modules too (inputs_reader.py)

@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from .schema import config_op_name
 from .static_scan import DEVICE_SUFFIX as DEVICE_CLASS
 
 # On a generated device test (or placeholder) whose generic attribute name differs from
@@ -84,8 +85,9 @@ def dtype_name(dtype: Any) -> str:
 
 
 def op_names(op: Any) -> tuple[str, str]:
-    """An OpInfo's name and full name (with its variant's)."""
+    """An OpInfo's name and full name (with its variant's), as the config compares them."""
     found = _OP_NAMES.get(id(op))
     if found is None:
-        found = _OP_NAMES[id(op)] = (op, (op.name, op.full_name))
+        names = (config_op_name(op.name), config_op_name(op.full_name))
+        found = _OP_NAMES[id(op)] = (op, names)
     return found[1]

@@ -271,6 +271,12 @@ def canonical_dtype(name: str) -> str | None:
     return bare if bare in DTYPES else None
 
 
+def config_op_name(name: str) -> str:
+    """An op's name as the config compares it: without a "torch." prefix, which a config
+    may write and op_db itself uses for a few OpInfos ("torch._scaled_mm")."""
+    return name.removeprefix("torch.")
+
+
 def is_regex(text: str) -> bool:
     return any(char in REGEX_CHARS for char in text)
 

@@ -49,7 +49,7 @@ from typing import Any
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
-from .schema import LABEL_FORM, TAG_FORM
+from .schema import LABEL_FORM, TAG_FORM, config_op_name
 from .spyre_names import drop_later_modes, entry_notes
 from .yaml_limits import YamlLimitError, check
 
@@ -227,7 +227,7 @@ def in_op_db(name: str) -> bool | None:
     """Whether torch's op_db has an op of this name or full name (None: no torch here).
     Imports PyTorch's test machinery (seconds), once, when first asked."""
     names = _op_db_names()
-    return None if names is None else name.removeprefix("torch.") in names
+    return None if names is None else config_op_name(name) in names
 
 
 @cache
@@ -236,7 +236,7 @@ def _op_db_names() -> frozenset[str] | None:
         from torch.testing._internal.common_methods_invocations import op_db
     except ImportError:
         return None
-    return frozenset(n for op in op_db for n in (op.name, op.full_name))
+    return frozenset(config_op_name(n) for op in op_db for n in (op.name, op.full_name))
 
 
 class _Importer:
