@@ -54,9 +54,7 @@ class ConfigError(Exception):
     """A config is invalid; ``problems`` holds (position, message) pairs."""
 
     def __init__(self, problems: Sequence[tuple[Pos, str]]):
-        self.problems = sorted(
-            problems, key=lambda item: (item[0].file, item[0].line, item[0].column)
-        )
+        self.problems = sorted(problems, key=lambda p: (p[0].file, p[0].line, p[0].column))
         super().__init__("\n".join(f"{pos}: {message}" for pos, message in self.problems))
 
 
@@ -460,9 +458,8 @@ class _Reader:
         tags = self._tags(fields["tags"]) if "tags" in fields else ()
         if name is None:
             return None
-        return OpSpec(
-            config_op_name(name), self.pos(node), dtypes, force, tags, self._description(fields)
-        )
+        name = config_op_name(name)
+        return OpSpec(name, self.pos(node), dtypes, force, tags, self._description(fields))
 
     def _module(self, node: yaml.Node, where: str) -> ModuleSpec | None:
         return read_module(self, node, where)  # custom modules too (inputs_reader.py)
