@@ -14,9 +14,12 @@ its outcome and duration. How:
   helpers; for OpInfo tests only the ops of the declared OpInfo
   (`param_kwargs["op"]`) count as under test;
 - capture is also paused in gradcheck's finite differences after the first nudge of
-  each kind, and in most of a gradcheck / gradgradcheck that repeats one the test
-  already ran under capture (`repeated_checks`: module tests' partial derivatives);
-  `CRCR_REUSE_CAPTURE_EVERY_CHECK=1` captures all of every check (to compare);
+  each kind, in a check's backward pass that repeats a captured one (same tensors,
+  vectors of the same layout), and in most of a gradcheck / gradgradcheck that repeats
+  one the test already ran under capture (`repeated_checks`: module tests' partial
+  derivatives); `CRCR_REUSE_CAPTURE_EVERY_CHECK=1` captures all of every check (to compare);
+- the mode's `__torch_dispatch__` runs without torch's per-call dynamo guard (dynamo
+  skips its code once instead; compiled tests run without the mode, below);
 - compiled tests (their code calls `torch.compile` / `_dynamo.optimize`) run
   without the mode, which would make compilation run eagerly: their operators
   are read from the post-grad and AOT graphs torch writes to `TORCH_LOGS_OUT`
@@ -26,7 +29,8 @@ its outcome and duration. How:
   failed because of the mode (a Tensor subclass built under it) and is recorded as
   passed, the capture's error kept beside it;
 - torch's `extract_test_fn` is replaced by the reuse plugin's stand-in
-  (`torch_harness`), as in a device run: same answers, no source read per frame.
+  (`torch_harness`), and pytest's failure reports parse each file once per process
+  (`failure_reports`), as in a device run: the same answers and reports, cheaper.
 """
 
 from __future__ import annotations
@@ -44,7 +48,7 @@ from typing import Any
 
 import pytest
 
-from . import repeated_checks, torch_harness
+from . import failure_reports, repeated_checks, torch_harness
 from .devicetype import name_generated_tests
 from .names import opinfo, param_kwargs, test_names
 
@@ -168,10 +172,19 @@ class Capture:
                 self.checks: list[repeated_checks.GradCheck] = []  # run under capture
                 self.repeating = 0
 
+            @classmethod
+            def _should_skip_dynamo(cls) -> bool:
+                # torch otherwise wraps __torch_dispatch__ in a per-call dynamo guard,
+                # a fifth of the mode's cost per op; its frame is skipped once below.
+                return False
+
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
                 (self.helper_ops if self.helper_depth else self.ops).add(func)
                 return func(*args, **(kwargs or {}))
 
+        from torch._dynamo.eval_frame import skip_code
+
+        skip_code(Recorder.__torch_dispatch__.__code__)
         self.recorder_class = Recorder
 
         def paused(fn: Any) -> Any:
@@ -246,8 +259,10 @@ class Capture:
     # -- per test -------------------------------------------------------------------
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
-        # torch's stack walk costs an OpInfo test most of its time, captured or not.
+        # torch's stack walk costs an OpInfo test most of its time, captured or not;
+        # a failure's report, the parsing of torch's files.
         torch_harness.install()
+        failure_reports.install()
 
     def pytest_collection_modifyitems(
         self, config: pytest.Config, items: list[pytest.Item]

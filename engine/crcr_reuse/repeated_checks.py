@@ -19,14 +19,25 @@ for the rest: each nudge (one element in slow mode, one input in fast mode, torc
 tests' default) evaluates the function under test twice on the same tensors nudged in
 place, calling the same ops as any other nudge of the same layout and dtype. A check
 of a module with many parameters or elements spends most of its op calls there.
+
+Within any check, a backward pass that repeats one already captured runs paused: the
+same outputs and inputs (the same tensors), grad outputs of the same layouts and the
+same options but `retain_graph`. It runs the same graph's backward on vectors that differ
+only in their values: the reentrancy check's second pass, and the batched-grad check's
+two plain passes after the analytical ones (a fifth of an LSTM check's op calls). Passes
+inside vmap (batched vectors) are always captured. So does a call of the checked
+function that repeats a captured one: the same tensors, none changed since (their
+version counters), the same grad mode (the undefined-grad check evaluates it once per
+output, after the finite differences).
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 # Parts of torch.autograd.gradcheck a repeat runs paused (names missing from a
@@ -48,6 +59,10 @@ BATCHING = ("vmap", "_vmap")
 # A check's finite differences (slow and fast mode), and one nudge within them.
 DIFFERENCES = ("_get_numerical_jacobian", "_get_numerical_vJu")
 NUDGE = "_compute_numerical_gradient"
+# `torch.autograd.grad`'s tensor arguments; the others are its options.
+BACKWARD_TENSORS = ("outputs", "inputs", "grad_outputs")
+# Arguments a repeated call may hold besides tensors (compared by identity and value).
+IMMUTABLE = (type(None), bool, int, float, complex, str)
 
 
 @dataclass(frozen=True)
@@ -92,6 +107,72 @@ class GradCheck:
         )
 
 
+@dataclass(frozen=True)
+class Backward:
+    """One `torch.autograd.grad` call: what it differentiates, by what, with which vectors
+    (their layouts and dispatch keys: torch's own vmap batches them with no functorch
+    level) and options. The tensors are held, as in `GradCheck`."""
+
+    outputs: tuple[Any, ...]
+    inputs: tuple[Any, ...]
+    vectors: tuple[Any, ...]
+    options: tuple[Any, ...]
+
+    @classmethod
+    def of(cls, bound: inspect.BoundArguments) -> Backward:
+        values = dict(bound.arguments)
+        outputs, inputs, vectors = (_tupled(values.pop(name, None)) for name in BACKWARD_TENSORS)
+        values.pop("retain_graph", None)  # keeps or frees buffers; calls the same ops
+        return cls(
+            outputs,
+            inputs,
+            tuple(None if v is None else (_layout(v), _dispatch_keys(v)) for v in vectors),
+            tuple(sorted(values.items())),
+        )
+
+    def repeats(self, done: Backward) -> bool:
+        return (
+            len(self.outputs) == len(done.outputs)
+            and len(self.inputs) == len(done.inputs)
+            and all(a is b for a, b in zip(self.outputs, done.outputs, strict=True))
+            and all(a is b for a, b in zip(self.inputs, done.inputs, strict=True))
+            and self.vectors == done.vectors
+            and self.options == done.options
+        )
+
+
+@dataclass(frozen=True)
+class Forward:
+    """One call of a checked function: its arguments (held) and their state."""
+
+    args: tuple[Any, ...]
+    state: tuple[Any, ...]
+
+    @classmethod
+    def of(cls, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Forward | None:
+        """None when a call cannot be compared: keywords, or a mutable non-tensor argument."""
+        import torch
+
+        if kwargs or not all(isinstance(a, (torch.Tensor, *IMMUTABLE)) for a in args):
+            return None
+        return cls(args, (torch.is_grad_enabled(), *(_state(a) for a in args)))
+
+    def repeats(self, done: Forward) -> bool:
+        return (
+            len(self.args) == len(done.args)
+            and all(a is b for a, b in zip(self.args, done.args, strict=True))
+            and self.state == done.state
+        )
+
+
+@dataclass
+class Captured:
+    """What a running check has captured: its backward passes and its function's calls."""
+
+    backwards: list[Backward] = field(default_factory=list)
+    forwards: list[Forward] = field(default_factory=list)
+
+
 def install(current: Callable[[], Any]) -> None:
     """Wrap gradcheck, gradgradcheck, their subgraph parts and their vmap.
 
@@ -99,6 +180,7 @@ def install(current: Callable[[], Any]) -> None:
     that keeps `checks` (those run under capture) and `repeating` (> 0 in a repeat)."""
     module = sys.modules["torch.autograd.gradcheck"]
     import torch.autograd
+    from torch._C._functorch import maybe_current_level as _maybe_current_level
     from torch.utils._python_dispatch import (
         _disable_current_modes,
         _get_current_dispatch_mode_stack,
@@ -109,6 +191,8 @@ def install(current: Callable[[], Any]) -> None:
         active = recorder is not None and recorder in _get_current_dispatch_mode_stack()
         return recorder if active else None
 
+    running: list[Captured] = []  # per check running (the innermost last)
+
     def once(check: Any) -> Any:
         @functools.wraps(check)
         def wrapper(func: Any, inputs: Any, *args: Any, **kwargs: Any) -> Any:
@@ -116,14 +200,56 @@ def install(current: Callable[[], Any]) -> None:
             if recorder is None:
                 return check(func, inputs, *args, **kwargs)
             call = GradCheck.of(check, func, inputs, args, kwargs)
-            if not any(call.repeats(done) for done in recorder.checks):
+            repeat = any(call.repeats(done) for done in recorder.checks)
+            if not repeat:
                 recorder.checks.append(call)
-                return check(func, inputs, *args, **kwargs)
-            recorder.repeating += 1
+            recorder.repeating += repeat
+            captured = Captured()
+            running.append(captured)
             try:
-                return check(func, inputs, *args, **kwargs)
+                return check(evaluated_once(func, captured), inputs, *args, **kwargs)
             finally:
-                recorder.repeating -= 1
+                running.pop()
+                recorder.repeating -= repeat
+
+        return wrapper
+
+    def evaluated_once(func: Any, captured: Captured) -> Any:
+        if not callable(func):
+            return func  # torch's own error
+
+        @functools.wraps(func)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            call = Forward.of(args, kwargs) if recording() is not None else None
+            if call is None:
+                return func(*args, **kwargs)
+            if any(call.repeats(done) for done in captured.forwards):
+                with _disable_current_modes():
+                    return func(*args, **kwargs)
+            captured.forwards.append(call)
+            return func(*args, **kwargs)
+
+        wrapper.checked = func  # type: ignore[attr-defined]  # repeats see through it
+        return wrapper
+
+    def backward_once(grad: Any) -> Any:
+        signature = inspect.signature(grad)
+
+        @functools.wraps(grad)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if not running or recording() is None or _maybe_current_level() is not None:
+                return grad(*args, **kwargs)
+            try:
+                bound = signature.bind(*args, **kwargs)
+            except TypeError:
+                return grad(*args, **kwargs)  # torch's own error
+            bound.apply_defaults()
+            call = Backward.of(bound)
+            if any(call.repeats(done) for done in running[-1].backwards):
+                with _disable_current_modes():
+                    return grad(*args, **kwargs)
+            running[-1].backwards.append(call)
+            return grad(*args, **kwargs)
 
         return wrapper
 
@@ -187,6 +313,7 @@ def install(current: Callable[[], Any]) -> None:
         wrapped = once(getattr(module, name))
         setattr(module, name, wrapped)
         setattr(torch.autograd, name, wrapped)
+    torch.autograd.grad = backward_once(torch.autograd.grad)
     for name in SUBGRAPH_PARTS:
         if hasattr(module, name):
             setattr(module, name, in_repeat_paused(getattr(module, name)))
@@ -200,6 +327,23 @@ def install(current: Callable[[], Any]) -> None:
             setattr(module, name, captured_in_repeat(getattr(module, name)))
 
 
+def _state(value: Any) -> Any:
+    """What a repeat must find unchanged in an argument: a tensor's version counter and
+    whether it requires grad (a tensor without a counter never repeats)."""
+    if not hasattr(value, "_version"):
+        return value
+    try:
+        return (value._version, value.requires_grad)
+    except RuntimeError:  # inference tensors keep no version counter
+        return object()
+
+
+def _tupled(value: Any) -> tuple[Any, ...]:
+    if isinstance(value, dict):
+        return tuple(value.values())
+    return tuple(value) if isinstance(value, (tuple, list)) else (value,)
+
+
 def _layout(value: Any) -> Any:
     """A tensor's shape, strides, dtype and layout (what a kernel's choice may hang on)."""
     if not (hasattr(value, "dtype") and hasattr(value, "shape")):
@@ -209,6 +353,12 @@ def _layout(value: Any) -> Any:
     except RuntimeError:  # sparse layouts have none
         strides = ()
     return (tuple(value.shape), strides, value.dtype, value.layout)
+
+
+def _dispatch_keys(value: Any) -> str:
+    import torch
+
+    return str(torch._C._dispatch_keys(value)) if isinstance(value, torch.Tensor) else ""
 
 
 def _kind(value: Any) -> Any:

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from . import torch_harness
+from . import failure_reports, torch_harness
 from .idlist import ShardFilter, normalize_class
 from .labels import parse_selection
 from .loader import ConfigError, load_configs
@@ -313,8 +313,9 @@ class ReuseSession:
             return (yield)
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
-        if not self.controller:
-            torch_harness.install()  # before the first test: see torch_harness.py
+        if not self.controller:  # before the first test: see each module
+            torch_harness.install()
+            failure_reports.install()
         if self.report is not None and self.report.path and session.config.option.collectonly:
             for item in session.items:
                 self.report.collected(item.nodeid, item.user_properties)

@@ -34,6 +34,12 @@ class TestGrads(TestCase):
     def test_fresh(self):
         self.partials(gradcheck, fresh=True)
         self.partials(gradgradcheck, fresh=True)
+
+    def test_two_outputs(self):
+        # The undefined-grad check calls the function again once per output.
+        x = torch.randn(3, dtype=torch.double, requires_grad=True)
+        self.assertTrue(gradcheck(lambda t: (t.sin(), t.exp().mul(2)), (x,)))
+        self.assertTrue(gradgradcheck(lambda t: (t.sin(), t.exp().mul(2)), (x,)))
 """
 
 
@@ -65,3 +71,4 @@ def test_the_paused_parts_of_gradient_checks_hide_no_operator(tmp_path, monkeypa
     ops = {line["test"]: (line["ops"], line["helper_ops"]) for line in paused}
     assert ops == {line["test"]: (line["ops"], line["helper_ops"]) for line in every}
     assert {"mm.default", "tanh.default"} <= set(ops["test_repeated"][0])
+    assert {"sin.default", "exp.default", "mul.Tensor"} <= set(ops["test_two_outputs"][0])
