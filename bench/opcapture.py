@@ -1,11 +1,13 @@
 """Bench: running real upstream tests under the operator capture vs. running them plainly.
 
     .venv/bin/python bench/opcapture.py [--files test/test_view_ops.py ...] [-k EXPR] [--rounds 2]
+        [--sample N [--seed 34]]
 
 The tree is $TORCH_ROOT (a PyTorch checkout, or a folder with real upstream test
 files under test/), else the bundled upstream-style tree. Both variants run the
-same files (the tests `-k` picks, if given) in one pytest process each, on the
-CPU, alternating, `--rounds` times. The figure held to the target is the CPU
+same files (the tests `-k` picks, if given; or a fixed random sample of `--sample`
+of the tests the files collect on the CPU, `--seed` written down) in one pytest
+process each, on the CPU, alternating, `--rounds` times. The figure held to the target is the CPU
 time (user + system) of the pytest processes, capture over plain: it is what
 running the tests costs, and unlike wall time it barely moves when other work
 shares the machine. Also printed: the sum of the tests' own durations from JUnit
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
 import resource
 import sys
 import tempfile
@@ -28,17 +31,19 @@ ROOT = Path(__file__).resolve().parent.parent
 # This checkout's engine, not whichever one the environment has installed.
 sys.path[:0] = [str(ROOT / "engine"), str(ROOT)]
 
-from crcr_reuse.launcher import OperatorCapture, PytestRun, TestEnvironment  # noqa: E402
+from crcr_reuse.launcher import (  # noqa: E402
+    OperatorCapture,
+    PytestRun,
+    TestEnvironment,
+    collected_ids,
+)
 
 TARGET = 1.5
 # Only so that a hung test cannot hold the bench forever: far above any real run.
 LIMIT_S = 4 * 3600
 
 
-def run(
-    tree: Path, files: list[str], capture: bool, scratch: Path, tag: str, keyword: str | None
-) -> tuple[float, float, float, int]:
-    junit = scratch / f"{tag}.xml"
+def cpu_variables(scratch: Path, capture: bool) -> dict[str, str]:
     variables = dict(
         os.environ, PYTORCH_TESTING_DEVICE_ONLY_FOR="cpu", PYTHONPATH=os.pathsep.join(sys.path[:2])
     )
@@ -46,10 +51,45 @@ def run(
         variables.update(
             TORCH_LOGS="post_grad_graphs,aot_graphs", TORCH_LOGS_OUT=str(scratch / "logs.txt")
         )
-    pytest = PytestRun(
-        TestEnvironment(sys.executable, variables),
+    return variables
+
+
+def sampled(tree: Path, files: list[str], size: int, seed: int, scratch: Path) -> Path:
+    """A file of `size` node ids drawn with `seed` from what the files collect on the CPU."""
+    listing = PytestRun(
+        TestEnvironment(sys.executable, cpu_variables(scratch, False)),
         tree,
         files=files,
+        collect_only=True,
+        rewrite_asserts=False,
+        rootdir=tree,
+        extra_args=["-o", "addopts="],
+    ).run(timeout=LIMIT_S)
+    ids = collected_ids(listing.stdout)
+    if not ids:
+        raise SystemExit(f"nothing collected:\n{listing.stdout[-2000:]}{listing.stderr[-2000:]}")
+    drawn = sorted(random.Random(seed).sample(ids, min(size, len(ids))))
+    print(f"sample: {len(drawn)} of {len(ids)} tests, seed {seed}")
+    path = scratch / "sample.txt"
+    path.write_text("\n".join(drawn) + "\n")
+    return path
+
+
+def run(
+    tree: Path,
+    files: list[str],
+    capture: bool,
+    scratch: Path,
+    tag: str,
+    keyword: str | None,
+    ids: Path | None = None,
+) -> tuple[float, float, float, int]:
+    junit = scratch / f"{tag}.xml"
+    pytest = PytestRun(
+        TestEnvironment(sys.executable, cpu_variables(scratch, capture)),
+        tree,
+        files=[] if ids else files,
+        ids=ids,
         junit=junit,
         rootdir=tree,
         # Paths in the capture relative to the tree: the rootdir, the plugin's own default.
@@ -72,6 +112,8 @@ def main() -> int:
     parser.add_argument("--files", nargs="*", help="test files relative to the tree")
     parser.add_argument("-k", dest="keyword", help="pytest's -k: run only the tests it picks")
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--sample", type=int, help="run a fixed random sample of this many tests")
+    parser.add_argument("--seed", type=int, default=34, help="the sample's seed")
     args = parser.parse_args()
     tree = Path(os.environ.get("TORCH_ROOT") or ROOT / "tests" / "upstream").resolve()
     default = ["test/test_view_ops.py"] if (tree / "test/test_view_ops.py").exists() else None
@@ -86,10 +128,11 @@ def main() -> int:
     count = 0
     with tempfile.TemporaryDirectory(prefix="crcr-bench-") as folder:
         scratch = Path(folder)
+        ids = sampled(tree, files, args.sample, args.seed, scratch) if args.sample else None
         for n in range(args.rounds):
             for name in ("plain", "capture"):
                 cpu, tests, wall, count = run(
-                    tree, files, name == "capture", scratch, f"{name}{n}", args.keyword
+                    tree, files, name == "capture", scratch, f"{name}{n}", args.keyword, ids
                 )
                 for index, value in enumerate((cpu, tests, wall)):
                     totals[name][index] += value

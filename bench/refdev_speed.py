@@ -11,7 +11,8 @@ each side counts: these machines are noisy):
    - cpu plain: plain pytest on the CPU, no crcr (torch's own per-test cost);
    - cpu plugin: the CPU variants through the reuse plugin;
    - today: the device through the plugin as before issue 34: Python kernels, torch's
-     own `extract_test_fn` (CRCR_REFDEV_NATIVE=0 CRCR_REUSE_TORCH_STACK=1);
+     own `extract_test_fn`, pytest's per-report parsing of source files
+     (CRCR_REFDEV_NATIVE=0 CRCR_REUSE_TORCH_STACK=1 CRCR_REUSE_TRACEBACK_CACHE=0);
    - python: Python kernels with the plugin as it is now;
    - c++: C++ kernels with the plugin as it is now.
    It prints ms per variant (all, and the passing ones alone: a failure's cost is
@@ -88,7 +89,14 @@ def tree_with(files: list[Path], scratch: Path) -> Path:
 SIDES: dict[str, tuple[str | None, dict[str, str]]] = {
     "cpu plain": (None, {"PYTORCH_TESTING_DEVICE_ONLY_FOR": "cpu"}),
     "cpu plugin": (DEVICE, {"PYTORCH_TESTING_DEVICE_ONLY_FOR": "cpu"}),
-    "today": (DEVICE, {"CRCR_REFDEV_NATIVE": "0", "CRCR_REUSE_TORCH_STACK": "1"}),
+    "today": (
+        DEVICE,
+        {
+            "CRCR_REFDEV_NATIVE": "0",
+            "CRCR_REUSE_TORCH_STACK": "1",
+            "CRCR_REUSE_TRACEBACK_CACHE": "0",
+        },
+    ),
     "python": (DEVICE, {"CRCR_REFDEV_NATIVE": "0"}),
     "c++": (DEVICE, {"CRCR_REFDEV_NATIVE": "1"}),
 }
