@@ -99,8 +99,7 @@ class GradCheck:
         return (
             self.check is done.check
             and self.func is done.func
-            and len(self.inputs) == len(done.inputs)
-            and all(a is b for a, b in zip(self.inputs, done.inputs, strict=True))
+            and _the_same_objects(self.inputs, done.inputs)
             and self.layouts == done.layouts
             and self.requiring_grad <= done.requiring_grad
             and _same(self.options, done.options)
@@ -132,10 +131,8 @@ class Backward:
 
     def repeats(self, done: Backward) -> bool:
         return (
-            len(self.outputs) == len(done.outputs)
-            and len(self.inputs) == len(done.inputs)
-            and all(a is b for a, b in zip(self.outputs, done.outputs, strict=True))
-            and all(a is b for a, b in zip(self.inputs, done.inputs, strict=True))
+            _the_same_objects(self.outputs, done.outputs)
+            and _the_same_objects(self.inputs, done.inputs)
             and self.vectors == done.vectors
             and self.options == done.options
         )
@@ -158,11 +155,7 @@ class Forward:
         return cls(args, (torch.is_grad_enabled(), *(_state(a) for a in args)))
 
     def repeats(self, done: Forward) -> bool:
-        return (
-            len(self.args) == len(done.args)
-            and all(a is b for a, b in zip(self.args, done.args, strict=True))
-            and self.state == done.state
-        )
+        return _the_same_objects(self.args, done.args) and self.state == done.state
 
 
 @dataclass
@@ -192,6 +185,14 @@ def install(current: Callable[[], Any]) -> None:
         return recorder if active else None
 
     running: list[Captured] = []  # per check running (the innermost last)
+
+    def paused_if_repeated(call: Any, done: list[Any], fn: Any, args: Any, kwargs: Any) -> Any:
+        """Run `fn` paused when `call` repeats one in `done`; else keep it there and run."""
+        if any(call.repeats(earlier) for earlier in done):
+            with _disable_current_modes():
+                return fn(*args, **kwargs)
+        done.append(call)
+        return fn(*args, **kwargs)
 
     def once(check: Any) -> Any:
         @functools.wraps(check)
@@ -223,11 +224,7 @@ def install(current: Callable[[], Any]) -> None:
             call = Forward.of(args, kwargs) if recording() is not None else None
             if call is None:
                 return func(*args, **kwargs)
-            if any(call.repeats(done) for done in captured.forwards):
-                with _disable_current_modes():
-                    return func(*args, **kwargs)
-            captured.forwards.append(call)
-            return func(*args, **kwargs)
+            return paused_if_repeated(call, captured.forwards, func, args, kwargs)
 
         wrapper.checked = func  # type: ignore[attr-defined]  # repeats see through it
         return wrapper
@@ -244,12 +241,7 @@ def install(current: Callable[[], Any]) -> None:
             except TypeError:
                 return grad(*args, **kwargs)  # torch's own error
             bound.apply_defaults()
-            call = Backward.of(bound)
-            if any(call.repeats(done) for done in running[-1].backwards):
-                with _disable_current_modes():
-                    return grad(*args, **kwargs)
-            running[-1].backwards.append(call)
-            return grad(*args, **kwargs)
+            return paused_if_repeated(Backward.of(bound), running[-1].backwards, grad, args, kwargs)
 
         return wrapper
 
@@ -364,6 +356,10 @@ def _dispatch_keys(value: Any) -> str:
 def _kind(value: Any) -> Any:
     """What a nudge's ops may hang on: the tensor's layout and dtype (not its values)."""
     return (value.layout, value.dtype) if hasattr(value, "layout") else type(value)
+
+
+def _the_same_objects(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
 
 
 def _same(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
